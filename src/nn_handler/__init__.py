@@ -1,0 +1,13 @@
+"""nn_handler: fast, correct HDF5 data for PyTorch training, on one process or many."""
+
+from importlib import metadata as _metadata
+
+from . import dataloaders
+from .distributed import World
+
+try:
+    __version__ = _metadata.version("nn-handler")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0"
+
+__all__ = ["World", "__version__", "dataloaders"]

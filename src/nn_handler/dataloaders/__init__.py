@@ -1,0 +1,27 @@
+"""HDF5 datasets, samplers and loaders for PyTorch.
+
+Every public name is importable from here and from its own module (for example
+``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
+"""
+
+from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
+from .loader import EpochBatchSampler, batched_loader
+from .samplers import (
+    DistributedEpochSampler,
+    EpochShuffleSampler,
+    _balanced_contiguous_shard,
+    _interleaved_indices,
+    epoch_permutation,
+)
+
+__all__ = [
+    "DistributedEpochSampler",
+    "EpochBatchSampler",
+    "EpochShuffleSampler",
+    "H5LazyDataset",
+    "_balanced_contiguous_shard",
+    "_interleaved_indices",
+    "batched_loader",
+    "epoch_permutation",
+    "h5_worker_init_fn",
+]

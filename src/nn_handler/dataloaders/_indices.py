@@ -1,0 +1,113 @@
+"""Index math for batched row reads: validation and grouping of sorted rows into slabs.
+
+Pure numpy, no h5py: property-tested on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["IndexArray", "as_index_array", "normalize_index", "plan_slabs"]
+
+IndexArray = npt.NDArray[np.int64]
+
+
+def normalize_index(index: Any, length: int) -> int:
+    """Return ``index`` as a non-negative int below ``length`` (negatives count from the end).
+
+    Raises:
+        TypeError: ``index`` is not an integer.
+        IndexError: ``index`` is outside ``[-length, length)``.
+    """
+    if isinstance(index, bool) or not hasattr(index, "__index__"):
+        raise TypeError(f"index must be an integer, got {type(index).__name__} {index!r}")
+    value = int(index)
+    if value < -length or value >= length:
+        raise IndexError(f"index {value} is out of range for a dataset of length {length}")
+    return value + length if value < 0 else value
+
+
+def as_index_array(indices: Any, length: int) -> IndexArray:
+    """Return ``indices`` as a 1-d int64 array of valid rows (negatives wrapped).
+
+    Accepts a sequence of ints, a 1-d integer NumPy array or torch tensor, or a slice.
+
+    Raises:
+        TypeError: the indices are not integers.
+        IndexError: an index is outside ``[-length, length)``; the message names it.
+    """
+    if isinstance(indices, slice):
+        return np.arange(*indices.indices(length), dtype=np.int64)
+    if hasattr(indices, "numpy") and hasattr(indices, "detach"):  # torch.Tensor
+        indices = indices.detach().cpu().numpy()
+    arr = np.asarray(indices)
+    if arr.ndim == 0:
+        raise TypeError(
+            "index must be an integer, or indices a 1-d sequence of integers; "
+            f"got {type(indices).__name__} {indices!r}"
+        )
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.ndim != 1:
+        raise TypeError(f"indices must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"indices must be integers, got dtype {arr.dtype} ({_preview(arr)})")
+    out = arr.astype(np.int64, copy=True)
+    bad = (out < -length) | (out >= length)
+    if bad.any():
+        first = int(out[np.argmax(bad)])
+        raise IndexError(f"index {first} is out of range for a dataset of length {length}")
+    out[out < 0] += length
+    return out
+
+
+def plan_slabs(
+    rows: IndexArray, block: int, max_gap_blocks: int, max_rows: int, length: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """Group sorted, unique rows into slabs that whole-block reads can serve.
+
+    A slab covers whole blocks (HDF5 chunks along axis 0; 1 row for unchunked data), so no
+    block is read twice. Two needed blocks join one slab when at most ``max_gap_blocks``
+    unneeded blocks lie between them and the slab stays within ``max_rows`` rows.
+
+    Args:
+        rows: Sorted, unique row numbers.
+        block: Rows per block (``>= 1``).
+        max_gap_blocks: Unneeded blocks a slab may span to save a read call.
+        max_rows: Upper bound on rows per slab, rounded down to whole blocks (one block is
+            always allowed).
+        length: Rows in the dataset (the last block may be short).
+
+    Yields:
+        ``(start, stop, lo, hi)``: read rows ``[start, stop)``; they serve ``rows[lo:hi]``.
+    """
+    if rows.size == 0:
+        return
+    blocks = rows // block
+    breaks = np.flatnonzero(np.diff(blocks) > max_gap_blocks + 1) + 1
+    bounds = np.concatenate(([0], breaks, [rows.size]))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        yield from _split_run(rows, blocks, lo, hi, block, max_rows, length)
+
+
+def _split_run(
+    rows: IndexArray, blocks: IndexArray, lo: int, hi: int, block: int, max_rows: int, length: int
+) -> Iterator[tuple[int, int, int, int]]:
+    span = max(1, max_rows // block)  # whole blocks per slab, at least one
+    while lo < hi:
+        first = int(blocks[lo])
+        start = first * block
+        # every needed row whose block lies within the span: a block is never split
+        end = int(np.searchsorted(blocks[lo:hi], first + span, side="left")) + lo
+        stop = min((int(blocks[end - 1]) + 1) * block, length)
+        yield start, stop, lo, end
+        lo = end
+
+
+def _preview(arr: np.ndarray[Any, Any]) -> str:
+    flat = arr.ravel()[:5].tolist()
+    return ", ".join(repr(v) for v in flat) + (", …" if arr.size > 5 else "")

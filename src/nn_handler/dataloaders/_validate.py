@@ -1,0 +1,94 @@
+"""Argument checks that produce the library's error messages.
+
+Every message names the argument, shows the value with ``!r`` and says what is allowed, so a user
+can fix the call without reading our source.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "check_choice",
+    "check_int",
+    "check_non_negative_int",
+    "check_positive_int",
+    "check_probability",
+    "format_names",
+    "numpy_dtype",
+]
+
+_MAX_LISTED = 20
+
+
+def format_names(names: Iterable[str]) -> str:
+    """Return names as a short, sorted, readable list (truncated past 20 entries)."""
+    items = sorted(names)
+    if not items:
+        return "(none)"
+    shown = ", ".join(repr(n) for n in items[:_MAX_LISTED])
+    extra = len(items) - _MAX_LISTED
+    return shown + (f", … ({extra} more)" if extra > 0 else "")
+
+
+def check_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int, or raise ``TypeError`` for non-integers (bools included)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from exc
+
+
+def check_non_negative_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int ``>= 0`` or raise ``ValueError`` / ``TypeError``."""
+    result = check_int(name, value)
+    if result < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return result
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int ``>= 1`` or raise ``ValueError`` / ``TypeError``."""
+    result = check_int(name, value)
+    if result < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return result
+
+
+def check_probability(name: str, value: Any) -> float:
+    """Return ``value`` as a float in ``[0, 1]`` or raise ``ValueError``."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}") from exc
+    if not 0.0 <= result <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return result
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """Return ``value`` if it is one of ``allowed``, else raise ``ValueError`` listing them."""
+    options = tuple(allowed)
+    if value not in options:
+        listed = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{name} must be one of {listed}; got {value!r}")
+    return value
+
+
+def numpy_dtype(name: str, value: Any) -> np.dtype[Any] | None:
+    """Return ``np.dtype(value)`` (``None`` passes through) or raise naming the argument."""
+    if value is None:
+        return None
+    try:
+        dtype: np.dtype[Any] = np.dtype(value)
+        return dtype
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} must be a NumPy dtype (e.g. np.float32 or 'int64') or None, got {value!r}"
+        ) from exc
