@@ -1,0 +1,148 @@
+"""The ``nn-handler`` command: ``inspect``, ``bench`` and ``demo``.
+
+Exit codes: 0 success, 2 bad usage (argparse), 1 errors. Errors print one line without a
+traceback unless ``--debug`` is given. Every subcommand is built from the public library API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+from .h5inspect import DatasetReport, FileReport, inspect_file
+
+__all__ = ["main"]
+
+_EXPECTED_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except _EXPECTED_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"nn-handler {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"nn-handler {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror  # our messages already name the path
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nn-handler",
+        description="Inspect, benchmark and demo fast HDF5 loading for PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=f"nn-handler {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_inspect(sub, common)
+    return parser
+
+
+def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "inspect",
+        parents=[common],
+        help="show a file's groups, datasets, layout and loading advice",
+        description="Print the tree of groups and datasets of an HDF5 file (shape, dtype, "
+        "layout, chunking, filters, compression ratio, bytes per sample, attributes) and "
+        "specific advice on how to load it fast.",
+    )
+    p.add_argument("file", help="path of the HDF5 file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--max-datasets", type=int, default=200, help="datasets described in full (default 200)"
+    )
+    p.set_defaults(handler=_run_inspect)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    if args.max_datasets < 1:
+        raise ValueError(f"--max-datasets must be >= 1, got {args.max_datasets}")
+    report = inspect_file(args.file, max_datasets=args.max_datasets)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(report: FileReport) -> str:
+    """Render an inspection report as an indented, human-readable tree."""
+    lines = [
+        f"{report.path}  ({_size(report.file_bytes)}, superblock v{report.superblock_version}"
+        f"{', SWMR-format' if report.swmr_mode_capable else ''})"
+    ]
+    for group in report.groups:
+        if group.attrs:
+            lines.append(f"  group {group.path}  attrs: {_join_attrs(group.attrs)}")
+    for d in report.datasets:
+        lines.extend(_dataset_lines(d))
+    if report.omitted_datasets:
+        lines.append(f"  … {report.omitted_datasets} more datasets not shown (--max-datasets)")
+    if report.advice:
+        lines.append("advice:")
+        lines.extend(f"  - {a}" for a in report.advice)
+    return "\n".join(lines)
+
+
+def _dataset_lines(d: DatasetReport) -> list[str]:
+    head = f"  {d.path}  shape={d.shape} dtype={d.dtype} layout={d.layout}"
+    lines = [head]
+    storage = [f"stored {_size(d.storage_bytes)}"]
+    if d.chunks:
+        storage.append(f"chunks={d.chunks} ({d.rows_per_chunk} rows/chunk, {_size(d.chunk_bytes)})")
+    if d.filters:
+        storage.append(f"filters={'+'.join(d.filters)}")
+    if d.compression_ratio is not None:
+        storage.append(f"ratio {d.compression_ratio:.2f}x")
+    if d.bytes_per_sample is not None:
+        storage.append(f"{_size(d.bytes_per_sample)}/sample")
+    if d.read_strategy:
+        storage.append(f"reads: {d.read_strategy}")
+    lines.append("      " + ", ".join(storage))
+    if d.attrs:
+        lines.append(f"      attrs: {_join_attrs(d.attrs)}")
+    lines.extend(f"      advice: {a}" for a in d.advice)
+    return lines
+
+
+def _join_attrs(attrs: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attrs.items())
+
+
+def _size(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""The installed ``nn-handler`` console script, run as a subprocess."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import images
+
+SCRIPT = Path(sys.executable).with_name("nn-handler")
+
+
+def run(*args, timeout=120):
+    env = dict(os.environ, PYTHONWARNINGS="error")
+    proc = subprocess.run(
+        [str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def path(make_h5):
+    return make_h5({"x": (images(50), "gzip"), "y": np.arange(50)})
+
+
+def test_script_is_installed():
+    assert SCRIPT.exists(), "pip install -e . declares the nn-handler console script"
+
+
+def test_help_everywhere():
+    for args in ([], ["inspect"]):
+        code, out, _ = run(*args, "--help")
+        assert code == 0
+        assert "usage: nn-handler" in out
+    code, out, _ = run("--version")
+    assert code == 0
+    assert out.startswith("nn-handler ")
+
+
+def test_inspect_text(path):
+    code, out, err = run("inspect", path)
+    assert code == 0, err
+    assert "x  shape=(50, 3, 4) dtype=float32 layout=chunked" in out
+    assert "chunks=(8, 3, 4) (8 rows/chunk, 384 B)" in out
+    assert "filters=gzip(level=4)" in out
+    assert "random access decodes 8 rows per sample" in out
+    assert "y  shape=(50,) dtype=int64 layout=contiguous" in out
+
+
+def test_inspect_json_matches(path):
+    code, out, _ = run("inspect", path, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["path"] == str(path)
+    x = next(d for d in report["datasets"] if d["path"] == "x")
+    assert x["shape"] == [50, 3, 4]
+    assert x["chunks"] == [8, 3, 4]
+    assert x["filters"] == ["gzip(level=4)"]
+    assert x["bytes_per_sample"] == 48
+
+
+def test_errors_are_one_line_without_traceback(tmp_path):
+    code, _, err = run("inspect", tmp_path / "missing.h5")
+    assert code == 1
+    assert (
+        err.strip()
+        == f"nn-handler inspect: error: HDF5 file not found: path='{tmp_path / 'missing.h5'}'"
+    )
+    text = tmp_path / "t.h5"
+    text.write_text("hello")
+    code, _, err = run("inspect", text)
+    assert code == 1
+    assert "is not an HDF5 file" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    code, _, err = run("inspect", tmp_path / "missing.h5", "--debug")
+    assert code == 1
+    assert "Traceback" in err
+
+
+def test_bad_usage_exits_2():
+    assert run()[0] == 2
+    assert run("inspect")[0] == 2
+    assert run("frobnicate")[0] == 2
+    code, _, err = run("inspect", "x.h5", "--max-datasets", "zero")
+    assert code == 2
+    assert "invalid int value" in err
