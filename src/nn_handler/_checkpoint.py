@@ -8,6 +8,7 @@ list of ints for the same reason.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,14 @@ def read(path: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
     target = Path(path)
     if not target.is_file():
         raise FileNotFoundError(f"no checkpoint at path={str(target)!r}")
-    payload = torch.load(target, map_location=device, weights_only=True)
+    try:
+        payload = torch.load(target, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"cannot read path={str(target)!r} as an NNHandler checkpoint (written by "
+            f"NNHandler.save): torch.load says: {reason}"
+        ) from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = format_names(map(str, payload)) if isinstance(payload, dict) else type(payload)
         raise ValueError(

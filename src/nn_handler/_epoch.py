@@ -80,18 +80,21 @@ def open_epoch(
 ) -> Iterator[Any]:
     """Set the epoch, restore the position, and return the loader's iterator at that position."""
     parts.set_epoch(progress.epoch)
+    if not progress.batches:
+        return iter(loader)
     skip = 0
-    if progress.batches:
-        state = progress.sampler_state or parts.position_state(progress.batches)
-        if state is None:
-            skip = progress.batches
-            log_fn(
-                f"nn_handler: {type(parts.index_sampler).__name__} keeps no position; resuming "
-                f"epoch {progress.epoch} by reading and skipping its first {skip} batches"
-            )
-        else:
-            parts.load_position(state)
-            parts.set_epoch(progress.epoch)
+    state = progress.sampler_state or parts.position_state(progress.batches)
+    if state is None:
+        skip = progress.batches
+        log_fn(
+            f"nn_handler: {type(parts.index_sampler).__name__} keeps no position; resuming "
+            f"epoch {progress.epoch} by reading and skipping its first {skip} batches"
+        )
+    else:
+        parts.load_position(state)
+        parts.set_epoch(progress.epoch)
+    # Replay the epoch's start: the iterator draws the workers' base seed (and RandomSampler
+    # its seed) from the RNGs as they were then; afterwards the RNGs continue from now.
     now = capture_rng()
     restore_rng(progress.epoch_rng)
     iterator = iter(loader)
