@@ -60,7 +60,8 @@ def test_unknown_precision(value):
     with pytest.raises(
         ValueError,
         match=re.escape(
-            f"mixed_precision must be one of False, True, 'fp16', 'float16', 'bf16', 'bfloat16'; got {value!r}"
+            "mixed_precision must be one of False, True, 'fp16', 'float16', 'bf16', "
+            f"'bfloat16'; got {value!r}"
         ),
     ):
         resolve_precision(value, CPU)
