@@ -22,6 +22,8 @@ def test_sums_weight_by_batch_size_and_round_trip():
     again = Sums(["acc"], CPU, sums.state())
     assert again.reduced(World()) == result
     assert math.isnan(Sums([], CPU).reduced(World())["loss"])
+    with pytest.raises(ValueError, match=r"tracked metrics \['acc'\], but the handler has \['f1'\]"):
+        Sums(["f1"], CPU, sums.state())
 
 
 @given(n=st.integers(1, 60), accumulate=st.integers(1, 8), start=st.integers(0, 60))

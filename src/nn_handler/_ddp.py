@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ._device import bind_local_device, parse_device
 from .distributed import World
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -64,6 +65,22 @@ def ensure_process_group(
             f"master {env['MASTER_ADDR']}:{env['MASTER_PORT']}"
         )
     return True
+
+
+def join(
+    device: Any, use_distributed: bool, log_fn: Callable[[str], None] | None
+) -> tuple[bool, World, torch.device]:
+    """``(owns_group, world, device)`` of this process; starts the process group under DDP.
+
+    Without DDP the world is one process and the device is used as given; under DDP ``cuda``
+    becomes this process's local GPU.
+    """
+    parsed = parse_device(device)
+    if not use_distributed:
+        return False, World(), parsed
+    owns = ensure_process_group(parsed, log_fn)
+    world = World.detect()
+    return owns, world, bind_local_device(parsed, world.local_rank)
 
 
 def destroy_process_group() -> None:

@@ -37,7 +37,7 @@ class EpochProgress:
         batches: Batches trained so far in this epoch.
         steps: Optimizer steps taken so far in this epoch.
         elapsed: Seconds spent training in this epoch so far.
-        sums: Running loss/metric sums (raw list from a checkpoint, or live ``Sums``).
+        sums: Running loss/metric sums (live ``Sums``, or their state from a checkpoint).
         sampler_state: The sampler's position from a checkpoint (None: derive it, or
             fast-forward).
     """
@@ -47,7 +47,7 @@ class EpochProgress:
     batches: int = 0
     steps: int = 0
     elapsed: float = 0.0
-    sums: Sums | list[float] | None = None
+    sums: Sums | dict[str, Any] | None = None
     sampler_state: dict[str, Any] | None = None
 
     def state_dict(self, parts: LoaderParts | None) -> dict[str, Any]:

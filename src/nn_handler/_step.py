@@ -30,23 +30,33 @@ class Sums:
     epoch value the mean over samples however the data was split into batches or ranks.
     """
 
-    def __init__(self, names: Iterable[str], device: torch.device, state: Any = None) -> None:
+    def __init__(
+        self, names: Iterable[str], device: torch.device, state: Mapping[str, Any] | None = None
+    ) -> None:
         self.names = tuple(names)
-        values = [0.0] * (2 + len(self.names)) if state is None else state
+        values = [0.0] * (2 + len(self.names))
+        if state is not None:
+            if tuple(state["names"]) != self.names:
+                raise ValueError(
+                    f"the checkpoint's epoch in progress tracked metrics {list(state['names'])}, "
+                    f"but the handler has {list(self.names)}; set_metrics() as when it was saved"
+                )
+            values = list(state["values"])
         self.values = torch.tensor(values, dtype=torch.float64, device=device)
 
     def add(self, samples: int, loss: torch.Tensor, metrics: Mapping[str, Any]) -> None:
         """Add one batch of ``samples`` samples with batch-mean ``loss`` and ``metrics``."""
         device = self.values.device
-        parts = [torch.tensor(float(samples), dtype=torch.float64, device=device)]
-        for value in (loss, *(metrics[name] for name in self.names)):
-            parts.append(torch.as_tensor(value, device=device).detach().double().reshape(()))
-        self.values[0] += parts[0]
-        self.values[1:] += torch.stack(parts[1:]) * float(samples)
+        means = [loss, *(metrics[name] for name in self.names)]
+        stacked = torch.stack(
+            [torch.as_tensor(m, device=device).detach().double().reshape(()) for m in means]
+        )
+        self.values[0] += samples
+        self.values[1:] += stacked * samples
 
-    def state(self) -> list[float]:
-        """The raw sums (for checkpoints)."""
-        return [float(v) for v in self.values.tolist()]
+    def state(self) -> dict[str, Any]:
+        """The metric names and raw sums (for checkpoints)."""
+        return {"names": list(self.names), "values": [float(v) for v in self.values.tolist()]}
 
     def reduced(self, world: World) -> dict[str, float]:
         """``{"samples", "loss", <metric>…}``: sums over all ranks, means per sample."""

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from . import _checkpoint, _ddp
+from . import _ddp
 from ._batches import BatchFn, BatchSplitter
 from ._config import (
     build_model,
@@ -27,14 +27,13 @@ from ._config import (
     check_train_args,
     note_torchrun,
 )
-from ._device import bind_local_device, parse_device, resolve_precision
-from ._epoch import EpochProgress
+from ._device import resolve_precision
 from ._fit import Fit, Record, RunState, evaluate
-from ._loaders import LoaderParts, build_loader, warn_if_not_sharded
+from ._loaders import build_loader, warn_if_not_sharded
+from ._persist import load_run, save_run
 from ._slots import Slots
 from ._step import LossFn, Metric, Trainer
 from .dataloaders._validate import check_int, check_positive_int
-from .distributed import World
 
 __all__ = ["NNHandler"]
 
@@ -98,18 +97,12 @@ class NNHandler:
         self._accumulate = check_positive_int("grad_accum_steps", grad_accum_steps)
         self._clip = check_clip(grad_clip_norm)
         self._splitter = BatchSplitter(input_key, target_key, batch_fn)
-        parsed = parse_device(device)
-        self._owns_group = _ddp.ensure_process_group(parsed, log_fn) if use_distributed else False
-        self.world = World.detect() if use_distributed else World()
+        self._owns_group, self.world, self.device = _ddp.join(device, use_distributed, log_fn)
         self._log = log_fn if log_fn is not None and self.world.is_main else _silent
-        self.device = (
-            bind_local_device(parsed, self.world.local_rank) if use_distributed else parsed
-        )
         self.precision = resolve_precision(mixed_precision, self.device)
         self._module = build_model(model_class, model_kwargs).to(self.device)
-        ddp_options = dict(ddp_kwargs or {})
         self._model = (
-            _ddp.wrap_ddp(self._module, self.device, ddp_options)
+            _ddp.wrap_ddp(self._module, self.device, dict(ddp_kwargs or {}))
             if use_distributed
             else self._module
         )
@@ -312,26 +305,7 @@ class NNHandler:
         state, running sums). Under DDP every rank must call it (ranks send their state to
         rank 0, which writes the file). The write is atomic.
         """
-        parts = None if self.train_loader is None else LoaderParts.of(self.train_loader)
-        progress = self._state.progress
-        mine = {
-            "rng": _checkpoint.capture_rng(),
-            "progress": None if progress is None else progress.state_dict(parts),
-        }
-        ranks = _ddp.gather_objects(mine, self.world)
-        if self.world.is_main:
-            _checkpoint.write(path, {**self._shared_state(), "ranks": ranks})
-        _ddp.barrier(self.world)
-
-    def _shared_state(self) -> dict[str, Any]:
-        return {
-            "model": self._module.state_dict(),
-            **self._slots.state_dict(),
-            "epoch": self.epoch,
-            "global_step": self.global_step,
-            "history": self.history,
-            "world_size": self.world.world_size,
-        }
+        save_run(path, self._module, self._slots, self._state, self.world, self.train_loader)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore a checkpoint written by ``save()``; the next ``train()`` continues from it.
@@ -344,21 +318,7 @@ class NNHandler:
             FileNotFoundError / ValueError: no checkpoint at ``path``, or not one of ours.
             RuntimeError: the model's parameters do not match (torch lists the keys).
         """
-        payload = _checkpoint.read(path, self.device)
-        self._module.load_state_dict(payload["model"])
-        self._slots.load_state_dict(payload)
-        entry = _checkpoint.rank_entry(
-            payload["ranks"], self.world.rank, self.world.world_size, path
-        )
-        progress = entry["progress"]
-        self._state = RunState(
-            epoch=int(payload["epoch"]),
-            global_step=int(payload["global_step"]),
-            history=list(payload.get("history", [])),
-            progress=None if progress is None else EpochProgress.from_state(progress),
-        )
-        if entry["rng"] is not None:
-            _checkpoint.restore_rng(entry["rng"])
+        self._state = load_run(path, self._module, self._slots, self.world, self.device)
 
     save_checkpoint = save
     load_checkpoint = load
