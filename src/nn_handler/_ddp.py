@@ -116,7 +116,11 @@ def gather_objects(obj: Any, world: World) -> list[Any]:
 
 def barrier(world: World) -> None:
     """Wait until every rank gets here."""
-    if world.is_distributed:
+    if not world.is_distributed:
+        return
+    if dist.get_backend() == "nccl":  # name the GPU, or NCCL guesses (and warns)
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
         dist.barrier()
 
 
