@@ -184,15 +184,17 @@ def test_set_epoch_reaches_the_dataset_and_only_one_sampler():
     assert inner.epoch == 0  # the outer sampler owns forwarding
 
 
-def test_ready_loaders_that_give_every_rank_everything_warn(lazy):
-    with pytest.warns(
-        UserWarning,
-        match="uses a RandomSampler, so each of the 2 ranks trains on the whole dataset",
-    ):
+def test_loaders_that_give_every_rank_everything_warn(lazy):
+    message = "uses a {}, so each of the 2 ranks trains on the whole dataset"
+    with pytest.warns(UserWarning, match=message.format("RandomSampler")):
         warn_if_not_sharded(DataLoader(lazy, shuffle=True), TWO)
+    with pytest.warns(UserWarning, match=message.format("EpochShuffleSampler")):
+        warn_if_not_sharded(DataLoader(lazy, sampler=EpochShuffleSampler(21)), TWO)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warn_if_not_sharded(DataLoader(lazy, shuffle=True), ONE)
         sharded = DistributedEpochSampler(21, rank=1, world_size=2)
         warn_if_not_sharded(DataLoader(lazy, sampler=sharded), TWO)
-        warn_if_not_sharded(DataLoader(ShardedBlobs(9, TWO), sampler=RandomSampler(range(4))), TWO)
+        warn_if_not_sharded(build_loader(lazy, {}, role="train", world=TWO, seed=0), TWO)
+        rank_sharded = ShardedBlobs(9, TWO)
+        warn_if_not_sharded(DataLoader(rank_sharded, sampler=RandomSampler(range(4))), TWO)

@@ -215,14 +215,18 @@ class LoaderParts:
 
 
 def warn_if_not_sharded(loader: DataLoader[Any], world: World) -> None:
-    """Under DDP, warn when a ready train loader gives every rank the whole dataset."""
-    parts = LoaderParts.of(loader)
-    plain = type(parts.index_sampler) in (SequentialSampler, RandomSampler)
-    if world.is_distributed and plain and not is_rank_sharded(loader.dataset):
+    """Under DDP, warn when a train loader gives every rank the whole dataset.
+
+    That is the case for the samplers that know nothing of ranks (``SequentialSampler``,
+    ``RandomSampler``, ``EpochShuffleSampler``) over a dataset that is not rank-sharded.
+    """
+    sampler = LoaderParts.of(loader).index_sampler
+    unaware = (SequentialSampler, RandomSampler, EpochShuffleSampler)
+    if world.is_distributed and type(sampler) in unaware and not is_rank_sharded(loader.dataset):
         warnings.warn(
-            f"the train DataLoader uses a {type(parts.index_sampler).__name__}, so each of the "
-            f"{world.world_size} ranks trains on the whole dataset; pass the dataset to "
-            "set_train_loader (the handler then shards it) or use a DistributedEpochSampler",
+            f"the train loader uses a {type(sampler).__name__}, so each of the "
+            f"{world.world_size} ranks trains on the whole dataset; pass no sampler (the "
+            "handler then shards the dataset) or a DistributedEpochSampler",
             UserWarning,
             stacklevel=3,
         )

@@ -156,8 +156,7 @@ class NNHandler:
         loader = build_loader(
             dataset, dataloader_kwargs, role="train", world=self.world, seed=self._seed
         )
-        if isinstance(dataset, DataLoader):
-            warn_if_not_sharded(loader, self.world)
+        warn_if_not_sharded(loader, self.world)
         self.train_loader = loader
         return loader
 
