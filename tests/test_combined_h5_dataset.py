@@ -454,3 +454,141 @@ def test_batched_loader_returns_stacked_dicts(full_files):
     batches = list(loader)
     assert [len(b["guid"]) for b in batches] == [10, 10, 10, 10, 9]
     assert torch.cat([b["uid"] for b in batches]).tolist() == ds[:]["uid"].tolist()
+
+
+def _write(path, **datasets):
+    with h5py.File(path, "w") as f:
+        for key, value in datasets.items():
+            f[key] = value
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"epoch_min": 50, "epoch_max": 10.5},
+            ValueError,
+            "epoch_min=50 is greater than epoch_max=10.5",
+        ),
+        ({"epoch_min": float("nan")}, ValueError, "epoch_min must be a number, got nan"),
+        ({"epoch_max": "10"}, TypeError, "epoch_max must be a number or None, got '10'"),
+        (
+            {"label": C},
+            ValueError,
+            f"label={C} is outside the class range 0..{C - 1} of field 'target'",
+        ),
+        ({"label": -1}, ValueError, "label must be >= 0, got -1"),
+        ({"cs_label": 1}, TypeError, "cs_label must be True, False or None, got 1"),
+        ({"allowed_guids": "p0-e"}, TypeError, "allowed_guids must be an iterable of ids"),
+        ({"allowed_guids": [1]}, TypeError, "allowed_guids must hold str or bytes ids, got 1"),
+        (
+            {"dtype": torch.int32},
+            TypeError,
+            "dtype must be one of torch.float16, torch.bfloat16, torch.float32",
+        ),
+        ({"dtype": "float32"}, TypeError, "got 'float32'"),
+        ({"cache_size": -1}, ValueError, "cache_size must be >= 0, got -1"),
+        ({"pin_memory": "yes"}, TypeError, "pin_memory must be True or False, got 'yes'"),
+        ({"max_open_files": 0}, ValueError, "max_open_files must be >= 1, got 0"),
+        ({"min_valid_fraction": 1.5}, ValueError, "min_valid_fraction must be in [0, 1], got 1.5"),
+        (
+            {"time_axis": 2, "min_valid_fraction": 0},
+            ValueError,
+            "time_axis=2 is not an axis of field 'fhr_st'",
+        ),
+        (
+            {"valid_field": "weight", "return_valid_mask": True},
+            ValueError,
+            "field 'weight' has one value per sample",
+        ),
+        (
+            {"valid_field": "guid", "return_valid_mask": True},
+            TypeError,
+            "valid_field='guid' holds strings",
+        ),
+        ({"where": 3}, TypeError, "where must be callable or None, got int 3"),
+        (
+            {"where": lambda c: c["weight"]},
+            TypeError,
+            "where= must return a boolean array of shape (17,)",
+        ),
+        ({"where": lambda c: c["uid"] > 0}, KeyError, "where= asked for column 'uid'"),
+        ({"load_fields": "fhr_st"}, TypeError, "load_fields must be a list of field names or None"),
+        ({"load_fields": []}, ValueError, "load_fields is empty"),
+        ({"field_names": {"guid": ""}}, TypeError, "field_names must map non-empty field names"),
+        (
+            {"field_names": {"valid_mask": "x"}},
+            ValueError,
+            "field_names may not define 'valid_mask'",
+        ),
+        ({"field_names": ["guid"]}, TypeError, "field_names must be a mapping"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_arguments(full_files, kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        CombinedHDF5Dataset(full_files, **kwargs)
+
+
+def test_bad_paths(full_files, tmp_path):
+    with pytest.raises(
+        ValueError, match=re.escape("paths must name at least one HDF5 file, got []")
+    ):
+        CombinedHDF5Dataset([])
+    missing = tmp_path / "nope.h5"
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"HDF5 file not found: path={str(missing)!r}")
+    ):
+        CombinedHDF5Dataset([full_files[0], missing])
+    with pytest.raises(ValueError, match=r"lists .*full0\.h5' twice"):
+        CombinedHDF5Dataset([full_files[0], str(full_files[0])])
+    with pytest.raises(TypeError, match="paths must be a path or a sequence of paths"):
+        CombinedHDF5Dataset([full_files[0], 3])
+    text = _write(tmp_path / "text.h5", x=np.zeros(2))
+    text.write_bytes(b"not hdf5")
+    with pytest.raises(OSError, match="is not an HDF5 file"):
+        CombinedHDF5Dataset(text)
+
+
+def test_bad_files(full_files, tmp_path):
+    no_cs = write_recording(tmp_path / "no_cs.h5", 5, seed=9, uid_start=500, drop=("cs_label",))
+    message = (
+        f"{str(no_cs)!r} has no field 'cs_label' (dataset 'cs_label'), which cs_label needs; "
+        "the file has fields 'bg_label', 'epoch', 'fhr_ph', 'fhr_st', 'guid', 'target', 'weight'"
+    )
+    with pytest.raises(KeyError, match=re.escape(message)):
+        CombinedHDF5Dataset([full_files[0], no_cs], cs_label=True)
+    with pytest.raises(KeyError, match=r"which load_fields needs; .* datasets 'bg_label'"):
+        CombinedHDF5Dataset([no_cs], load_fields=["cs_label"])
+    assert len(CombinedHDF5Dataset([full_files[0], no_cs])) == 22  # not needed: not loaded
+    other = _write(tmp_path / "other.h5", signals=np.zeros((3, 4)))
+    with pytest.raises(ValueError, match=r"holds none of the fields .* it has datasets: 'signals'"):
+        CombinedHDF5Dataset(other)
+    ragged = _write(tmp_path / "ragged.h5", fhr_st=np.zeros((4, 2)), weight=np.zeros(3))
+    with pytest.raises(
+        ValueError, match=re.escape("differ in length along axis 0 ('fhr_st': 4, 'weight': 3)")
+    ):
+        CombinedHDF5Dataset(ragged)
+    wide = _write(tmp_path / "wide.h5", fhr_st=np.zeros((4, 2, T + 1), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"shape \(2, 12\) in .* but \(2, 13\) in"):
+        CombinedHDF5Dataset([full_files[0], wide], load_fields=["fhr_st"])
+    mixed = _write(tmp_path / "mixed.h5", guid=np.arange(4))
+    with pytest.raises(ValueError, match="field 'guid' holds strings in one file and numbers"):
+        CombinedHDF5Dataset([full_files[0], mixed], load_fields=["guid"])
+    scalar = _write(tmp_path / "scalar.h5", fhr_st=np.float32(1))
+    with pytest.raises(ValueError, match="is a scalar dataset"):
+        CombinedHDF5Dataset(scalar)
+    flat = _write(tmp_path / "flat.h5", target=np.arange(4))
+    with pytest.raises(ValueError, match="label needs field 'target' with at least one axis"):
+        CombinedHDF5Dataset(flat, label=0)
+    texty = _write(tmp_path / "texty.h5", epoch=np.array([b"a", b"b"]))
+    with pytest.raises(TypeError, match="epoch_min/epoch_max needs a numeric field 'epoch'"):
+        CombinedHDF5Dataset(texty, epoch_min=0)
+
+
+def test_integer_widths_are_promoted_across_files(tmp_path):
+    a = _write(tmp_path / "a.h5", bg_label=np.array([1, 0], dtype=np.int8))
+    b = _write(tmp_path / "b.h5", bg_label=np.array([300], dtype=np.int16))
+    ds = CombinedHDF5Dataset([a, b])
+    assert ds[:]["bg_label"].dtype == torch.int16 and ds[:]["bg_label"].tolist() == [1, 0, 300]

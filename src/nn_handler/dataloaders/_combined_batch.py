@@ -19,7 +19,6 @@ from ._file_pool import FilePool
 from ._indices import IndexArray
 from ._metadata_index import valid_steps
 from ._tensors import to_tensor
-from ._validate import format_names
 
 __all__ = [
     "BatchPlan",
@@ -136,7 +135,7 @@ def check_float_dtype(dtype: Any) -> torch.dtype:
     except TypeError:  # unhashable
         known = False
     if not known:
-        allowed = format_names(str(d) for d in FLOAT_DTYPES)
+        allowed = ", ".join(str(d) for d in FLOAT_DTYPES)
         raise TypeError(f"dtype must be one of {allowed}; got {dtype!r}")
     result: torch.dtype = dtype
     return result

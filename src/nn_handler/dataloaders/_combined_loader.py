@@ -137,22 +137,10 @@ def _check_dataset_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def _workers(num_workers: int | None, world_size: int | None) -> int:
-    cores = _cores()
+    if num_workers is not None:
+        return check_non_negative_int("num_workers", num_workers)  # torch warns above the cores
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size or 1))
-    per_rank = max(1, cores // max(1, ranks))
-    if num_workers is None:
-        return min(_MAX_AUTO_WORKERS, per_rank)
-    workers = check_non_negative_int("num_workers", num_workers)
-    if workers > per_rank:
-        _log.info(
-            "num_workers=%d is more than the %d cores available per rank (%d cores, %d ranks "
-            "on this node); workers will compete for CPU",
-            workers,
-            per_rank,
-            cores,
-            ranks,
-        )
-    return workers
+    return min(_MAX_AUTO_WORKERS, max(1, _cores() // max(1, ranks)))
 
 
 def _loader_options(

@@ -66,7 +66,9 @@ class FilePool:
         found = readers.get(field)
         if found is None:
             source = self.sources[file_no]
-            found = readers[field] = RowReader(source, self.keys[field], arg=f"field {field!r}")
+            found = readers[field] = RowReader(
+                source, self.keys[field], arg=f"field_names[{field!r}]"
+            )
         return found
 
     def close(self) -> None:

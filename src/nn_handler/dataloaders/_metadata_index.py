@@ -70,7 +70,7 @@ def concat_index(kept: Sequence[tuple[int, IndexArray]]) -> tuple[IndexArray, In
 def has_class(target: np.ndarray[Any, Any], k: int) -> BoolArray:
     """True per sample where one-hot ``target`` (``(n, C)`` or ``(n, …, C)``) marks class ``k``."""
     hit = target[..., k] > 0
-    return np.asarray(hit.reshape(target.shape[0], -1).any(axis=1))
+    return np.asarray(hit.reshape(target.shape[0], math.prod(hit.shape[1:])).any(axis=1))
 
 
 def valid_steps(rows: np.ndarray[Any, Any], time_axis: int) -> BoolArray:
