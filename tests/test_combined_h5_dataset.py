@@ -90,7 +90,12 @@ def test_every_filter_combination_matches_brute_force(files):
         for combo in itertools.combinations(names, count):
             kw, ref = _kwargs(combo)
             ds = CombinedHDF5Dataset(
-                files, load_fields=["uid"], cache_size=0, field_names=FIELD_NAMES, **kw
+                files,
+                load_fields=["uid", "guid"],
+                cache_size=0,
+                field_names=FIELD_NAMES,
+                metadata_in_memory=count % 2 == 0,  # both read paths
+                **kw,
             )
             expected, removed = reference(files, ref)
             assert _uids(ds) == expected, combo
@@ -148,8 +153,11 @@ def test_default_fields_leave_out_a_field_some_files_lack(files, caplog):
         CombinedHDF5Dataset(files, load_fields=["fhr_ph"])
 
 
-def test_fields_equal_direct_h5py_reads(full_files):
-    ds = CombinedHDF5Dataset(full_files, field_names=FIELD_NAMES, cache_size=0)
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "from-files"])
+def test_fields_equal_direct_h5py_reads(full_files, in_memory):
+    ds = CombinedHDF5Dataset(
+        full_files, field_names=FIELD_NAMES, cache_size=0, metadata_in_memory=in_memory
+    )
     assert ds.fields == [
         "fhr_st",
         "fhr_ph",
@@ -333,6 +341,21 @@ def test_clear_cache(full_files):
     assert ds.get_stats()["cache_misses"] == 4  # counters kept, 0 read again
 
 
+def test_metadata_in_memory_reads_only_per_sample_arrays(full_files):
+    resident = CombinedHDF5Dataset(full_files, load_fields=["weight", "guid"], cache_size=0)
+    from_files = CombinedHDF5Dataset(
+        full_files, load_fields=["weight", "guid"], cache_size=0, metadata_in_memory=False
+    )
+    idx = [4, 40, 4, 0]
+    a, b = resident[idx], from_files[idx]
+    assert a["guid"] == b["guid"] and torch.equal(a["weight"], b["weight"])
+    assert resident.get_stats()["bytes_read"] == 0 and resident.get_stats()["open_files"] == 0
+    assert resident.get_stats()["index_bytes_read"] > 0
+    assert from_files.get_stats()["bytes_read"] > 0
+    empty = CombinedHDF5Dataset(full_files, load_fields=["guid"], allowed_guids=[])
+    assert len(empty) == 0 and empty[[]] == {"guid": []}
+
+
 def test_stats_bytes_and_repr(full_files):
     ds = CombinedHDF5Dataset(full_files, load_fields=["fhr_st"], cache_size=0)
     assert ds.get_stats()["bytes_read"] == 0 and ds.get_stats()["index_bytes_read"] == 0
@@ -389,7 +412,8 @@ def test_pickle_after_use(full_files):
     assert Direct is CombinedHDF5Dataset
 
 
-def test_more_files_than_the_handle_cap(tmp_path):
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "from-files"])
+def test_more_files_than_the_handle_cap(tmp_path, in_memory):
     paths = [
         write_recording(tmp_path / f"m{k}.h5", 7 + k, seed=k, uid_start=1000 * k) for k in range(12)
     ]
@@ -397,7 +421,12 @@ def test_more_files_than_the_handle_cap(tmp_path):
     data = {str(p): read_file(p) for p in paths}
     base = len(os.listdir("/proc/self/fd"))
     ds = CombinedHDF5Dataset(
-        paths, load_fields=fields, field_names=FIELD_NAMES, cache_size=0, max_open_files=3
+        paths,
+        load_fields=fields,
+        field_names=FIELD_NAMES,
+        cache_size=0,
+        max_open_files=3,
+        metadata_in_memory=in_memory,
     )
     assert len(os.listdir("/proc/self/fd")) == base  # construction leaves nothing open
     peak = base
@@ -422,8 +451,11 @@ def test_more_files_than_the_handle_cap(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_dataloader_workers_match_the_main_process(full_files, context):
-    ds = CombinedHDF5Dataset(full_files, cache_size=8, field_names=FIELD_NAMES)
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "from-files"])
+def test_dataloader_workers_match_the_main_process(full_files, context, in_memory):
+    ds = CombinedHDF5Dataset(
+        full_files, cache_size=8, field_names=FIELD_NAMES, metadata_in_memory=in_memory
+    )
     ds[[0, 1]]  # the parent opens files first: forked workers must not use its handles
     order = torch.Generator().manual_seed(0)
     plain = DataLoader(ds, batch_size=4, shuffle=True, generator=order)

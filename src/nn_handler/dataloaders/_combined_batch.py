@@ -8,7 +8,7 @@ per sample (``split_batch``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,16 +43,21 @@ Output = torch.Tensor | list[Any]
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """What a batch holds: the stored fields read, and the validity mask when requested."""
+    """What a batch holds and where each field comes from.
+
+    ``resident`` holds fields kept in RAM, aligned with the global index (strings as UTF-8
+    bytes); every other field is read from the files.
+    """
 
     fields: dict[str, OutputField]  # every returned field, the validity mask included
     valid_field: str | None = None  # signal the mask is computed from (None: no mask)
     time_axis: int = -1
+    resident: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
 
     @property
     def stored(self) -> list[str]:
         """Fields read from the files (the mask's signal included even if not returned)."""
-        names = [n for n in self.fields if n != VALID_MASK]
+        names = [n for n in self.fields if n != VALID_MASK and n not in self.resident]
         if self.valid_field is not None and self.valid_field not in names:
             names.append(self.valid_field)
         return names
@@ -73,13 +78,19 @@ def group_by_file(files: IndexArray) -> Iterator[tuple[int, IndexArray]]:
 
 
 def read_rows(
-    pool: FilePool, plan: BatchPlan, files: IndexArray, rows: IndexArray
+    pool: FilePool, plan: BatchPlan, idx: IndexArray, file_of: IndexArray, row_of: IndexArray
 ) -> tuple[dict[str, np.ndarray[Any, Any]], int]:
-    """Return ``({field: array in request order}, bytes read)`` for samples ``(files, rows)``."""
-    n = rows.size
+    """Return ``({field: array in request order}, bytes read from files)`` for samples ``idx``.
+
+    ``file_of`` / ``row_of`` map every sample of the dataset to its file and row.
+    """
     out = {
-        name: np.empty((n, *spec.row_shape), dtype=spec.dtype) for name, spec in plan.fields.items()
+        name: np.empty((idx.size, *spec.row_shape), dtype=spec.dtype)
+        for name, spec in plan.fields.items()
     }
+    for name, column in plan.resident.items():
+        out[name][...] = _decoded(column[idx], plan.fields[name])
+    files, rows = file_of[idx], row_of[idx]
     nbytes = 0
     for file_no, pos in group_by_file(files):
         wanted = rows[pos]
@@ -87,12 +98,14 @@ def read_rows(
             values = pool.reader(file_no, name).read(wanted)
             nbytes += values.nbytes
             if name in out:
-                out[name][pos] = (
-                    as_str_array(values) if plan.fields[name].kind == "string" else values
-                )
+                out[name][pos] = _decoded(values, plan.fields[name])
             if name == plan.valid_field:
                 out[VALID_MASK][pos] = valid_steps(values, plan.time_axis)
     return out, nbytes
+
+
+def _decoded(values: np.ndarray[Any, Any], spec: OutputField) -> np.ndarray[Any, Any]:
+    return as_str_array(values) if spec.kind == "string" else values
 
 
 def to_batch(

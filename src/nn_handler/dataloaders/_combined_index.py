@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from ._field_schema import (
     VALID_MASK,
     FileSchema,
     OutputField,
+    as_str_array,
     check_present,
     output_fields,
     scan_file,
@@ -61,8 +63,12 @@ def build_index(
     spec: FilterSpec,
     load_fields: Sequence[str] | None,
     valid_mask: bool,
+    in_memory: bool,
 ) -> tuple[IndexResult, BatchPlan]:
     """Scan every file of ``pool``, check the fields, run the filters; return index and plan.
+
+    With ``in_memory``, loaded fields with one value per sample are read for the kept rows and
+    returned in ``plan.resident``.
 
     Raises:
         KeyError: a file lacks a required field.
@@ -78,16 +84,20 @@ def build_index(
         check_present(schema, needed, pool.keys, pool.sources[i])
         check_filter_fields(spec, schema)
     plan = _plan(schemas, loads, spec, valid_mask)
+    small = [n for n, f in plan.fields.items() if f.row_shape == () and n in loads and in_memory]
     kept: list[tuple[int, IndexArray]] = []
     per_file: list[dict[str, int]] = []
+    parts: dict[str, list[np.ndarray[Any, Any]]] = {name: [] for name in small}
     nbytes = 0
     for i, schema in enumerate(schemas):
         columns = FileColumns(pool, i, schema)
         rows, removed = select_rows(spec, columns)
-        nbytes += columns.nbytes
         per_file.append(removed)
         if rows.size:
             kept.append((i, rows))
+            for name in small:
+                parts[name].append(_resident(columns.read(name, rows), plan.fields[name]))
+        nbytes += columns.nbytes
     file_of, row_of = concat_index(kept)
     result = IndexResult(
         file_of=file_of,
@@ -99,7 +109,23 @@ def build_index(
         nbytes=nbytes,
     )
     _report(result)
-    return result, plan
+    resident = {name: _concat(chunks, plan.fields[name]) for name, chunks in parts.items()}
+    return result, replace(plan, resident=resident)
+
+
+def _resident(values: np.ndarray[Any, Any], spec: OutputField) -> np.ndarray[Any, Any]:
+    if spec.kind == "string":  # UTF-8 bytes: a quarter of NumPy's str, no Python objects
+        if values.dtype.kind == "S":
+            return values  # fixed-length HDF5 strings are ASCII or UTF-8 bytes already
+        encoded: np.ndarray[Any, Any] = np.char.encode(as_str_array(values), "utf-8")
+        return encoded
+    return values.astype(spec.dtype, copy=False)
+
+
+def _concat(chunks: list[np.ndarray[Any, Any]], spec: OutputField) -> np.ndarray[Any, Any]:
+    if chunks:
+        return np.concatenate(chunks)
+    return np.empty(0, dtype="S1" if spec.kind == "string" else spec.dtype)
 
 
 def _choose_fields(

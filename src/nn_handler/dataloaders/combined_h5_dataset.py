@@ -107,6 +107,10 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         time_axis: Time axis of one ``valid_field`` sample (default: the last).
         return_valid_mask: Add the per-step validity (``bool``, shape ``(T,)``) as field
             ``"valid_mask"``.
+        metadata_in_memory: Keep loaded fields with one value per sample (``weight``,
+            ``guid``, flags, ``epoch``) in RAM after construction, as NumPy arrays of their
+            itemsize per sample (ids as UTF-8 bytes); a batch then reads only the per-sample
+            arrays (signals, targets) from the files. False reads every field from the files.
         max_open_files: Files open at once per process (least recently used closed first).
         rdcc_nbytes: HDF5 chunk cache per open dataset, in bytes.
         rdcc_nslots: Hash slots of the chunk cache.
@@ -150,6 +154,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         valid_field: str = "fhr_st",
         time_axis: int = -1,
         return_valid_mask: bool = False,
+        metadata_in_memory: bool = True,
         max_open_files: int = 64,
         rdcc_nbytes: int = 16 * 1024**2,
         rdcc_nslots: int = 10_007,
@@ -177,8 +182,9 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         self._pool = FilePool(paths, options, keys, max_open_files)
         fields = field_list(load_fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
+        in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
         try:
-            self._index, self._plan = build_index(self._pool, spec, fields, mask)
+            self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)
         finally:
             # hold no handle after construction: forked workers inherit nothing
             self._pool.close()
@@ -289,9 +295,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         return arrays
 
     def _read(self, idx: IndexArray, state: _ProcessState) -> dict[str, np.ndarray[Any, Any]]:
-        arrays, nbytes = read_rows(
-            self._pool, self._plan, self._index.file_of[idx], self._index.row_of[idx]
-        )
+        index = self._index
+        arrays, nbytes = read_rows(self._pool, self._plan, idx, index.file_of, index.row_of)
         state.bytes_read += nbytes
         return arrays
 
