@@ -91,11 +91,12 @@ def read_rows(
     for name, column in plan.resident.items():
         out[name][...] = _decoded(column[idx], plan.fields[name])
     files, rows = file_of[idx], row_of[idx]
+    stored = plan.stored
     nbytes = 0
-    for file_no, pos in group_by_file(files):
+    for file_no, pos in group_by_file(files if stored else files[:0]):
         wanted = rows[pos]
-        for name in plan.stored:
-            values = pool.reader(file_no, name).read(wanted)
+        for name, reader in zip(stored, pool.readers(file_no, stored), strict=True):
+            values = reader.read(wanted)
             nbytes += values.nbytes
             if name in out:
                 out[name][pos] = _decoded(values, plan.fields[name])

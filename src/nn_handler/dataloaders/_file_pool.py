@@ -62,13 +62,18 @@ class FilePool:
 
     def reader(self, file_no: int, field: str) -> RowReader:
         """Return the reader of ``field`` in file ``file_no`` (opening the file if needed)."""
+        return self.readers(file_no, (field,))[0]
+
+    def readers(self, file_no: int, fields: Sequence[str]) -> list[RowReader]:
+        """Return the readers of ``fields`` in file ``file_no``, touching the file once."""
         readers = self._touch(file_no)
-        found = readers.get(field)
-        if found is None:
-            source = self.sources[file_no]
-            found = readers[field] = RowReader(
-                source, self.keys[field], arg=f"field_names[{field!r}]"
-            )
+        found = []
+        for field in fields:
+            reader = readers.get(field)
+            if reader is None:
+                key, arg = self.keys[field], f"field_names[{field!r}]"
+                reader = readers[field] = RowReader(self.sources[file_no], key, arg=arg)
+            found.append(reader)
         return found
 
     def close(self) -> None:

@@ -178,11 +178,11 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             where=where,
         )
         keys = resolve_field_names(field_names)
-        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
-        self._pool = FilePool(paths, options, keys, max_open_files)
         fields = field_list(load_fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
+        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        self._pool = FilePool(paths, options, keys, max_open_files)
         try:
             self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)
         finally:
