@@ -187,3 +187,5 @@ def test_bad_arguments(files):
         create_optimized_dataloader(files, 4, 0, allowed_guids=["nobody"])
     with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\), got rank=2"):
         create_optimized_dataloader(files, 4, 0, 2, 2)
+    with pytest.raises(ValueError, match="rank must be in"):  # checked before any file is read
+        create_optimized_dataloader(["/nonexistent/a.h5"], 4, 0, 5, 2)

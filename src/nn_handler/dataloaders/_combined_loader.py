@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ._validate import check_non_negative_int, check_positive_int, format_names
+from ..distributed import World
+from ._validate import check_choice, check_non_negative_int, check_positive_int, format_names
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler, EvenMode
 
@@ -22,22 +23,6 @@ __all__ = ["create_optimized_dataloader"]
 
 _log = logging.getLogger("nn_handler.dataloaders.combined_h5_dataset")
 _MAX_AUTO_WORKERS = 8
-_LOADER_ARGS = (
-    "hdf5_files",
-    "batch_size",
-    "num_workers",
-    "rank",
-    "world_size",
-    "shuffle",
-    "seed",
-    "drop_last",
-    "even",
-    "pin_memory",
-    "persistent_workers",
-    "prefetch_factor",
-    "multiprocessing_context",
-    "timeout",
-)
 
 
 def create_optimized_dataloader(
@@ -101,7 +86,9 @@ def create_optimized_dataloader(
     """
     _check_dataset_kwargs(dataset_kwargs)
     check_positive_int("batch_size", batch_size)
-    workers = _workers(num_workers, world_size)
+    check_choice("even", even, ("pad", "drop"))
+    world = World.detect(rank=rank, world_size=world_size)  # fail before reading any file
+    workers = _workers(num_workers, world.world_size)
     options = _loader_options(workers, pin_memory, persistent_workers, prefetch_factor)
     if workers:
         options.update(multiprocessing_context=multiprocessing_context, timeout=timeout)
@@ -115,7 +102,12 @@ def create_optimized_dataloader(
             f"(removed per filter: {dataset.get_stats()['removed_by_filter']}); nothing to load"
         )
     sampler = DistributedEpochSampler(
-        len(dataset), seed=seed, shuffle=shuffle, rank=rank, world_size=world_size, even=even
+        len(dataset),
+        seed=seed,
+        shuffle=shuffle,
+        rank=world.rank,
+        world_size=world.world_size,
+        even=even,
     )
     return batched_loader(dataset, batch_size, sampler=sampler, drop_last=drop_last, **options)
 
@@ -125,22 +117,26 @@ def _check_dataset_kwargs(kwargs: dict[str, Any]) -> None:
 
     params = inspect.signature(CombinedHDF5Dataset).parameters
     allowed = [name for name in params if name not in ("paths", "pin_memory")]
+    own = inspect.signature(create_optimized_dataloader).parameters
+    loader_args = [name for name in own if name != "dataset_kwargs"]
     for name in kwargs:
         if name == "paths":
             raise TypeError("pass the files as hdf5_files, not paths=")
         if name not in allowed:
             raise TypeError(
                 f"create_optimized_dataloader() got an unexpected keyword argument {name!r}; "
-                f"loader arguments: {format_names(_LOADER_ARGS)}; dataset arguments: "
+                f"loader arguments: {format_names(loader_args)}; dataset arguments: "
                 f"{format_names(allowed)}"
             )
 
 
-def _workers(num_workers: int | None, world_size: int | None) -> int:
+def _workers(num_workers: int | None, world_size: int) -> int:
     if num_workers is not None:
         return check_non_negative_int("num_workers", num_workers)  # torch warns above the cores
-    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size or 1))
-    return min(_MAX_AUTO_WORKERS, max(1, _cores() // max(1, ranks)))
+    ranks = check_positive_int(
+        "LOCAL_WORLD_SIZE", int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    )
+    return min(_MAX_AUTO_WORKERS, max(1, _cores() // ranks))
 
 
 def _loader_options(
