@@ -37,6 +37,10 @@ def _make(files, rank, world, **kw):
     )
 
 
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def _flat(batches):
     return list(itertools.chain.from_iterable(batches))
 
@@ -117,7 +121,7 @@ def test_rank_and_world_size_are_detected(files, monkeypatch):
 
 def test_machine_defaults(files, caplog):
     loader = create_optimized_dataloader(files, 4, field_names=FIELD_NAMES)
-    cores = len(os.sched_getaffinity(0))
+    cores = _cores()
     assert 1 <= loader.num_workers <= min(8, cores)
     assert loader.persistent_workers and loader.prefetch_factor == 2
     assert not loader.pin_memory or torch.cuda.is_available()
@@ -131,7 +135,7 @@ def test_machine_defaults(files, caplog):
 
 
 def test_auto_workers_share_the_cores_between_local_ranks(files, monkeypatch):
-    cores = len(os.sched_getaffinity(0))
+    cores = _cores()
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores * 4))
     assert create_optimized_dataloader(files, 4, rank=0, world_size=2).num_workers == 1
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
