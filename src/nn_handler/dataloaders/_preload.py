@@ -27,7 +27,10 @@ from ._reader import RowReader
 
 __all__ = ["BLOCK_BYTES", "preload_rows", "windows"]
 
-BLOCK_BYTES = 64 * 1024**2
+# Small enough that a window's temporary stays in the CPU cache and the allocator reuses it
+# (no fresh page faults per window): measured 2 MiB windows at 0.8-1.0 of a plain read_direct
+# for memory-mapped layouts where 64 MiB windows reached 0.55, with gzip unchanged.
+BLOCK_BYTES = 2 * 1024**2
 
 
 def windows(rows: range, block_rows: int) -> Iterator[tuple[int, int, int, int]]:
