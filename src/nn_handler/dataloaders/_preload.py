@@ -86,8 +86,9 @@ def preload_rows(
     shape = (len(rows), *reader.row_shape)
     if out.shape != shape:
         raise ValueError(f"out must have shape {shape}, got {out.shape}")
-    block = window_rows(reader)
     gather = _gathers(reader, rows.step)
+    # a gather buffers only the wanted rows, so its window may span step times more rows
+    block = window_rows(reader) * (rows.step if gather else 1)
     tmp = _window_buffer(reader, rows, out.dtype, block, gather)
     for first, last, lo, hi in windows(rows, block):
         dest = out[lo:hi]
