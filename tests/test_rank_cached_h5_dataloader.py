@@ -212,8 +212,9 @@ def test_equal_steps(make_h5, total, world, mode):
     path = make_h5({"x": images(total), "y": np.arange(total)})
     for policy in ("pad", "drop", None):
         if policy == "pad" and 0 < total < world:
-            with pytest.raises(ValueError, match="equal_steps='pad' cannot pad an empty shard"):
-                build(path, "x", "y", mode=mode, rank=world - 1, world_size=world)
+            for rank in range(world):  # every rank refuses, not only the empty ones
+                with pytest.raises(ValueError, match="equal_steps='pad' cannot pad an empty"):
+                    build(path, "x", "y", mode=mode, rank=rank, world_size=world)
             continue
         counts, seen = [], []
         for rank in range(world):
@@ -239,6 +240,10 @@ def test_equal_steps(make_h5, total, world, mode):
 
 def test_empty_shard_is_logged(make_h5):
     path = make_h5({"x": images(2)})
+    with pytest.raises(ValueError, match=r"2 samples but world_size=4: ranks 2\.\.3 would get"):
+        build(path, "x", rank=0, world_size=4)
+    with pytest.raises(ValueError, match="2 samples but world_size=3: rank 2 would get an empty"):
+        build(path, "x", rank=0, world_size=3)
     lines = []
     ds = build(path, "x", rank=3, world_size=4, equal_steps="drop", log_fn=lines.append)
     assert len(ds) == 0 and ds.samples_per_rank == 0 and list(ds.make_sampler()) == []

@@ -173,9 +173,11 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     def _check_shard_sizes(self) -> None:
         world = self.world.world_size
         if self.equal_steps == "pad" and 0 < self.total < world:
+            empty = f"rank {world - 1}" if self.total == world - 1 else f"ranks {self.total}"
+            empty += "" if self.total == world - 1 else f"..{world - 1}"
             raise ValueError(
-                f"the file has {self.total} samples but world_size={world}: ranks "
-                f"{self.total}..{world - 1} would get empty shards, and equal_steps='pad' "
+                f"the file has {self.total} samples but world_size={world}: {empty} would "
+                "get an empty shard, and equal_steps='pad' "
                 "cannot pad an empty shard (it has nothing to repeat). Run at most "
                 f"{self.total} ranks, or pass equal_steps='drop' (every rank then iterates 0 "
                 "samples) or equal_steps=None (unequal step counts: hangs DDP)"
