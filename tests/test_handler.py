@@ -9,9 +9,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from handler_helpers import FEATURES, Recorder, TinyNet, accuracy, strip_index, write_blobs
+from handler_helpers import FEATURES, Recorder, TinyNet, accuracy, blobs, strip_index, write_blobs
 from nn_handler import NNHandler
-from nn_handler.dataloaders import EpochShuffleSampler, H5LazyDataset, h5_worker_init_fn
+from nn_handler.dataloaders import (
+    CombinedHDF5Dataset,
+    EpochShuffleSampler,
+    H5LazyDataset,
+    h5_worker_init_fn,
+)
 
 
 def _handler(path=None, *, batch_size=16, loader=None, **kwargs):
@@ -548,3 +553,32 @@ def test_bad_checkpoints(tmp_path):
         pass
     with pytest.raises(ValueError, match=r"cannot read path=.*x\.h5.* as an NNHandler checkpoint"):
         handler.load(tmp_path / "x.h5")
+
+
+def test_dict_batches_from_combined_hdf5_dataset(tmp_path):
+    paths = []
+    for k in range(3):
+        x, y = blobs(60, seed=k)
+        paths.append(tmp_path / f"rec{k}.h5")
+        with h5py.File(paths[-1], "w") as f:
+            f["fhr_st"] = x[:, 1:].reshape(60, 2, FEATURES // 2)
+            f["target"] = np.eye(3, dtype=np.float32)[y]  # one-hot, as the recordings store it
+            f["guid"] = np.array([f"p{k}-{i}".encode() for i in range(60)])
+    dataset = CombinedHDF5Dataset(paths, ["fhr_st", "target", "guid"], pin_memory=False)
+    sizes = []
+
+    def loss(outputs, targets):
+        return nn.functional.cross_entropy(outputs, targets.argmax(1))
+
+    def model():
+        return nn.Sequential(nn.Flatten(), TinyNet())
+
+    torch.manual_seed(0)
+    handler = NNHandler(model, input_key="fhr_st", target_key="target", progress=False, log_fn=None)
+    handler.set_train_loader(dataset, batch_size=16)
+    handler.set_optimizer(torch.optim.Adam, lr=1e-2)
+    handler.set_loss_fn(loss)
+    handler.set_metrics({"n": lambda out, t: sizes.append(len(t)) or 0.0})  # guid is a list
+    history = handler.train(4)
+    assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
+    assert sum(sizes) == 4 * 180  # every sample once per epoch
