@@ -568,6 +568,22 @@ def test_corrupt_sidecar_is_rebuilt(two_files):
     assert H5SampleDataset(two_files[0]).index_origins == ("sidecar",)  # rewritten
 
 
+def test_sidecar_with_inconsistent_content_is_rebuilt(two_files):
+    H5SampleDataset(two_files[0])
+    side = f"{two_files[0]}.nnh-index.npz"
+    with np.load(side) as npz:
+        members = {k: npz[k] for k in npz.files}
+    members["offsets"] = members["offsets"][:-1]  # no longer ends at the blob's end
+    with open(side, "wb") as fh:
+        np.savez(fh, **members)
+    ds = H5SampleDataset(two_files[0])
+    assert ds.index_origins == ("built",) and len(ds) == 12
+    members.pop("offsets")
+    with open(side, "wb") as fh:
+        np.savez(fh, **members)
+    assert H5SampleDataset(two_files[0]).index_origins == ("built",)
+
+
 def test_unwritable_directory_falls_back_with_a_log_line(two_files, monkeypatch, caplog):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

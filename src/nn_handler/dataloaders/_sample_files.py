@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ._sample_index import FileIndex, NamePattern, list_samples
+from ._sample_index import SKIPPED_KEPT, FileIndex, NamePattern, list_samples
 from ._sidecar import file_stamp, load_sidecar, save_sidecar
 from ._source import H5Source
 from ._validate import format_names
@@ -72,8 +72,9 @@ def _file_index(
     if not use_sidecar:
         return list_samples(_open_group(source, group), pattern), "built"
     cached = load_sidecar(source.path, params)
-    if cached is not None:
-        return _from_sidecar(*cached), "sidecar"
+    loaded = None if cached is None else _from_sidecar(*cached)
+    if loaded is not None:
+        return loaded, "sidecar"
     stamp = file_stamp(source.path)  # taken before listing: a change during the build invalidates
     index = list_samples(_open_group(source, group), pattern)
     header = {**params, **stamp, "skipped": index.skipped}
@@ -82,14 +83,30 @@ def _file_index(
     return index, "built"
 
 
-def _from_sidecar(arrays: dict[str, np.ndarray[Any, Any]], header: dict[str, Any]) -> FileIndex:
-    return FileIndex(
-        blob=arrays["blob"].astype(np.uint8, copy=False),
-        offsets=arrays["offsets"].astype(np.int64, copy=False),
-        skipped=int(header["skipped"]),
-        skipped_names=tuple(header["skipped_names"]),
-        listed=tuple(header["listed"]),
+def _from_sidecar(
+    arrays: dict[str, np.ndarray[Any, Any]], header: dict[str, Any]
+) -> FileIndex | None:
+    """The sidecar's index, or None when its content does not hold together."""
+    try:
+        blob, offsets = arrays["blob"], arrays["offsets"]
+        index = FileIndex(
+            blob=blob.astype(np.uint8, copy=False),
+            offsets=offsets.astype(np.int64, copy=False),
+            skipped=int(header["skipped"]),
+            skipped_names=tuple(map(str, header["skipped_names"])),
+            listed=tuple(map(str, header["listed"])),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    sane = (
+        blob.dtype == np.uint8
+        and offsets.ndim == 1
+        and len(offsets) >= 1
+        and offsets[0] == 0
+        and offsets[-1] == len(blob)
+        and bool(np.all(np.diff(offsets) >= 0))
     )
+    return index if sane else None
 
 
 def _open_group(source: H5Source, group: str) -> h5py.Group:
@@ -119,7 +136,7 @@ def _report_file(source: H5Source, group: str, index: FileIndex) -> None:
             source.path,
             index.skipped,
             group,
-            format_names(index.skipped_names) + (" …" if index.skipped > 5 else ""),
+            format_names(index.skipped_names) + (" …" if index.skipped > SKIPPED_KEPT else ""),
         )
     if len(index) == 0:
         _log.warning("%s: no sample datasets in group %r", source.path, group)

@@ -1,13 +1,16 @@
 """Read one whole (small) HDF5 dataset as a sample, by the cheapest correct path.
 
-Measured per sample on 100k datasets of 8×8 float32 (h5py 3.16, HDF5 2.0): ``group[name][()]``
-about 110 µs; ``h5py.h5d.open`` + ``DatasetID.read`` about 50 µs; ``h5d.open`` + the dataset's
-file offset + a slice of a read-only memory map about 25 µs. HDF5 stores contiguous, unfiltered,
-allocated data as one run of bytes at ``DatasetID.get_offset()`` (``None`` for every other
-layout), so those samples are sliced from a per-process ``np.memmap`` of the file when the
-stored type is exactly NumPy's (``TypeID.equal``, memoized per file) and the first such sample
-of each file matched HDF5's own read; everything else (chunked, compressed, compact, external,
-complex, odd-precision types, a file grown past the map) is read by HDF5.
+``group[name][()]`` costs 2-3x ``h5py.h5d.open`` + ``DatasetID.read`` per sample (path
+normalization, link checks and the ``h5py.Dataset`` wrapper; ``benchmarks/bench_h5_sample.py``
+measures both), and slicing the bytes out of a memory map instead of ``DatasetID.read`` saves
+another ~20% of CPU per sample (interleaved A/B on 25k 16×8 float32 samples).
+
+HDF5 stores contiguous, unfiltered, allocated data as one run of bytes at
+``DatasetID.get_offset()`` (``None`` for every other layout), so those samples are sliced from a
+per-process ``np.memmap`` of the file when the stored type is exactly NumPy's
+(``TypeID.equal``, memoized per file) and the first such sample of each file matched HDF5's own
+read; everything else (chunked, compressed, compact, external, complex, odd-precision types, a
+file grown past the map) is read by HDF5.
 
 No h5py object outlives the call: 100k cached dataset objects per worker would cost more memory
 than the data.
