@@ -7,8 +7,11 @@ import pytest
 
 PACKAGES = ["nn_handler", "nn_handler.dataloaders"]
 MODULES = [
+    "nn_handler.dataloaders.combined_h5_dataset",
     "nn_handler.dataloaders.h5_dataloader",
+    "nn_handler.dataloaders.h5_sample_dataset",
     "nn_handler.dataloaders.loader",
+    "nn_handler.dataloaders.rank_cached_h5_dataloader",
     "nn_handler.dataloaders.samplers",
 ]
 
@@ -56,3 +59,11 @@ def test_seed_signature_of_h5_lazy_dataset():
     for key, default in expected.items():
         assert params[key].default == default
     assert list(inspect.signature(h5_worker_init_fn).parameters) == ["_worker_id"]
+
+
+def test_handler_is_reexported_from_the_package():
+    import nn_handler
+    from nn_handler import handler
+
+    for n in handler.__all__:
+        assert getattr(nn_handler, n) is getattr(handler, n)

@@ -4,8 +4,11 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
+from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
+from .h5_sample_dataset import H5SampleDataset, pad_collate
 from .loader import EpochBatchSampler, batched_loader
+from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
     DistributedEpochSampler,
     EpochShuffleSampler,
@@ -15,13 +18,18 @@ from .samplers import (
 )
 
 __all__ = [
+    "CombinedHDF5Dataset",
     "DistributedEpochSampler",
     "EpochBatchSampler",
     "EpochShuffleSampler",
     "H5LazyDataset",
+    "H5SampleDataset",
+    "RankMemCachedH5Dataset",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",
+    "create_optimized_dataloader",
     "epoch_permutation",
     "h5_worker_init_fn",
+    "pad_collate",
 ]
