@@ -32,7 +32,7 @@ def test_script_is_installed():
 
 
 def test_help_everywhere():
-    for args in ([], ["inspect"]):
+    for args in ([], ["inspect"], ["demo"]):
         code, out, _ = run(*args, "--help")
         assert code == 0
         assert "usage: nn-handler" in out
@@ -92,3 +92,37 @@ def test_bad_usage_exits_2():
     code, _, err = run("inspect", "x.h5", "--max-datasets", "zero")
     assert code == 2
     assert "invalid int value" in err
+
+
+def test_demo_quick_mode_reports_accuracy(tmp_path):
+    code, out, err = run("demo", "--epochs", "1", "--samples", "small", "--out", tmp_path / "d")
+    assert code == 0, err
+    assert "epoch 1/1:" in out
+    assert "validation accuracy" in out
+    assert "(chance 25%)" in out
+    assert "samples/s" in out
+    assert (tmp_path / "d" / "demo.h5").exists()  # --out keeps the data
+
+
+@pytest.mark.slow
+def test_demo_distributed_and_loaders(tmp_path):
+    code, out, err = run(
+        "demo", "--epochs", "1", "--samples", "small", "--distributed", "2", timeout=300
+    )
+    assert code == 0, err
+    assert "2 processes" in out
+    assert "validation accuracy" in out
+    for loader in ("rank-cached", "combined"):
+        code, out, err = run("demo", "--epochs", "1", "--samples", "small", "--loader", loader)
+        assert code == 0, err
+        assert f"({loader} loader" in out
+
+
+def test_demo_bad_usage():
+    assert run("demo", "--loader", "fast")[0] == 2
+    code, _, err = run("demo", "--samples", "3")
+    assert code == 2
+    assert "expected small, default, large or a number >= 10, got '3'" in err
+    code, _, err = run("demo", "--epochs", "0", "--samples", "small")
+    assert code == 1
+    assert err.strip() == "nn-handler demo: error: epochs must be >= 1, got 0"
