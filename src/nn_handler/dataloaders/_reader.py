@@ -5,6 +5,10 @@ The strategy is picked once, from the dataset's layout:
 * ``memmap``: contiguous and unfiltered data, or chunked unfiltered data whose chunks hold whole
   rows. Rows are gathered straight from a read-only memory map of the file at the byte offsets
   HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
+* ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
+  Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
+  outside the HDF5 lock (``_blocks``, ``_decode``); decoded chunks are kept in an LRU bounded by
+  ``rdcc_nbytes``, since HDF5's own chunk cache is bypassed.
 * ``slabs``: everything else. Sorted, unique rows are grouped into slabs of whole chunks (or
   runs of nearby rows for unchunked data); each slab is read with one h5py call, so each chunk
   is decoded once per batch; rows are then put back into request order.
@@ -21,6 +25,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ._blocks import ChunkBlocks
+from ._decode import codec_for
 from ._indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from ._source import H5Source
 
@@ -63,11 +69,17 @@ class RowReader:
         self._view_pid = -1
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
+        self._blocks: ChunkBlocks | None = None
+        codec = codec_for(dset) if self._mapped is None and self.row_nbytes > 0 else None
+        if codec is not None and self.length > 0:
+            self._blocks = ChunkBlocks(source, codec, (self.length, *self.row_shape))
 
     @property
     def strategy(self) -> str:
-        """``"memmap"`` or ``"slabs"``: how batches are read (fixed at construction)."""
-        return "memmap" if self._mapped is not None else "slabs"
+        """``"memmap"``, ``"decode"`` or ``"slabs"``: how batches are read (fixed when built)."""
+        if self._mapped is not None:
+            return "memmap"
+        return "decode" if self._blocks is not None else "slabs"
 
     @property
     def nbytes(self) -> int:
@@ -95,6 +107,8 @@ class RowReader:
             out[...] = rows
             return out
         out = self._output(len(idx), out)
+        if self._blocks is not None and idx.size:
+            return self._blocks.read(self.source.dataset(self.key), idx, out)
         if idx.size == 0 or _is_strictly_increasing(idx):
             return self._read_sorted(idx, out)
         uniq, inverse = np.unique(idx, return_inverse=True)
@@ -107,6 +121,8 @@ class RowReader:
         i = normalize_index(index, self.length)
         if self._mapped is not None:
             return self._gather_mapped(np.array([i], dtype=np.int64)).reshape(self.row_shape)
+        if self._blocks is not None:
+            return self.read(np.array([i], dtype=np.int64)).reshape(self.row_shape)
         row = self.source.dataset(self.key)[i]
         return np.array(row, dtype=self.dtype, copy=True)
 
@@ -123,6 +139,8 @@ class RowReader:
             return out
         if self._mapped is not None:
             out[...] = self._gather_mapped(np.arange(start, stop, dtype=np.int64))
+        elif self._blocks is not None:
+            self._blocks.read_range(self.source.dataset(self.key), start, stop, out)
         elif self.dtype.hasobject:
             out[...] = self.source.dataset(self.key)[start:stop]
         else:
