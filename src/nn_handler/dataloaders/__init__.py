@@ -4,6 +4,7 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
+from ._threads import decode_threads, set_decode_threads
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .loader import EpochBatchSampler, batched_loader
 from .samplers import (
@@ -22,6 +23,8 @@ __all__ = [
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",
+    "decode_threads",
     "epoch_permutation",
     "h5_worker_init_fn",
+    "set_decode_threads",
 ]

@@ -147,6 +147,29 @@ class RowReader:
             self.source.dataset(self.key).read_direct(out, np.s_[start:stop])
         return out
 
+    def clear_cache(self) -> None:
+        """Drop this process's decoded chunks (``decode`` strategy; a no-op otherwise)."""
+        if self._blocks is not None:
+            self._blocks.cache.clear()
+
+    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+        """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
+
+        A row block is ``block_rows`` rows starting at a multiple of ``block_rows`` (what a
+        chunk-aware sampler shuffles). Zero when reads need no chunk cache (``memmap``, or data
+        that is not chunked).
+        """
+        if self.chunk_rows is None or self._mapped is not None:
+            return 0
+        chunk = self.chunk_rows
+        if block_rows % chunk == 0:
+            per_block = block_rows // chunk
+        elif chunk % block_rows == 0:
+            per_block = 1
+        else:  # blocks straddle chunk boundaries
+            per_block = -(-(block_rows - 1) // chunk) + 1
+        return blocks * per_block * chunk * self.row_nbytes
+
     def _output(self, n: int, out: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
         shape = (n, *self.row_shape)
         if out is None:

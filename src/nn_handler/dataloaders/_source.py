@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import threading
 import warnings
@@ -30,6 +31,7 @@ _LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
 _SWMR_WARNED: set[str] = set()
 _SWMR_LOCK = threading.Lock()
+_PLUGINS = {"loaded": False}
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,12 @@ class H5Source:
         with self._lock:
             self._forget()
 
+    def set_options(self, options: FileOptions) -> None:
+        """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""
+        with self._lock:
+            self.options = options
+            self._forget()
+
     def forget_if_inherited(self) -> None:
         """Drop a handle that another process opened (used in fresh workers)."""
         with self._lock:
@@ -164,6 +172,7 @@ class H5Source:
                 handle.close()
 
     def _open(self) -> h5py.File:
+        _load_filter_plugins()
         target: Any = self._fileobj if self._fileobj is not None else self.path
         opts = self.options
         kwargs: dict[str, Any] = {
@@ -217,6 +226,15 @@ def close_inherited_sources() -> int:
             source.forget_if_inherited()
             count += 1
     return count
+
+
+def _load_filter_plugins() -> None:
+    """Import ``hdf5plugin`` once if installed: it registers blosc, zstd, lz4, … with HDF5."""
+    if _PLUGINS["loaded"]:
+        return
+    _PLUGINS["loaded"] = True
+    with contextlib.suppress(ImportError, OSError):
+        importlib.import_module("hdf5plugin")
 
 
 def _check_is_hdf5(path: str) -> None:
