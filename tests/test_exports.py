@@ -7,8 +7,10 @@ import pytest
 
 PACKAGES = ["nn_handler", "nn_handler.dataloaders"]
 MODULES = [
+    "nn_handler.dataloaders.chunk_sampler",
     "nn_handler.dataloaders.h5_dataloader",
     "nn_handler.dataloaders.loader",
+    "nn_handler.dataloaders.prefetch",
     "nn_handler.dataloaders.samplers",
 ]
 

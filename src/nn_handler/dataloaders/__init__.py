@@ -5,8 +5,10 @@ Every public name is importable from here and from its own module (for example
 """
 
 from ._threads import decode_threads, set_decode_threads
+from .chunk_sampler import ChunkShuffleSampler
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .loader import EpochBatchSampler, batched_loader
+from .prefetch import DevicePrefetcher
 from .samplers import (
     DistributedEpochSampler,
     EpochShuffleSampler,
@@ -16,6 +18,8 @@ from .samplers import (
 )
 
 __all__ = [
+    "ChunkShuffleSampler",
+    "DevicePrefetcher",
     "DistributedEpochSampler",
     "EpochBatchSampler",
     "EpochShuffleSampler",
