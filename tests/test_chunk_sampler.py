@@ -13,7 +13,7 @@ from nn_handler.dataloaders import (
     H5LazyDataset,
     batched_loader,
 )
-from nn_handler.dataloaders.chunk_sampler import block_order, window_shuffle
+from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
 from resume import check_resume
 
 from conftest import h5_rows, images
@@ -94,6 +94,7 @@ def test_block_locality(cfg):
 
 def test_resume_mid_epoch():
     check_resume(lambda: ChunkShuffleSampler(103, block_size=8, window_chunks=3, seed=4))
+    check_resume(lambda: ChunkShuffleSampler(103, block_size=8, batch_size=5, num_workers=3))
     check_resume(lambda: ChunkShuffleSampler(103, block_size=8, rank=1, world_size=3, even="drop"))
 
 
@@ -108,6 +109,8 @@ def test_state_belongs_to_its_sizes():
         "window_chunks": 3,
         "rank": 0,
         "world_size": 1,
+        "batch_size": None,
+        "num_workers": 0,
     }
     other = ChunkShuffleSampler(100, block_size=16, window_chunks=3)
     with pytest.raises(ValueError, match="saved with block_size=8 but this sampler has"):
@@ -140,6 +143,40 @@ def test_block_order_and_window_shuffle(n, block):
         assert sorted(shuffled[start : start + 7].tolist()) == sorted(order[start : start + 7])
 
 
+@given(st.integers(0, 3000), st.integers(1, 40), st.integers(1, 6), st.integers(2, 5))
+@settings(max_examples=60)
+def test_workers_get_their_own_chunks(n, batch, window, workers):
+    """Batch i goes to worker i % workers: each worker's batches come from its own windows."""
+    block = 16
+    sampler = ChunkShuffleSampler(
+        n, block_size=block, window_chunks=window, batch_size=batch, num_workers=workers
+    )
+    order = np.array(list(sampler), dtype=np.int64)
+    assert sorted(order.tolist()) == list(range(n))
+    owners = np.zeros(-(-n // block) if n else 0, dtype=np.int64)
+    for worker in range(workers):
+        mine = [order[i : i + batch] for i in range(worker * batch, n, workers * batch)]
+        if mine:
+            owners[np.unique(np.concatenate(mine) // block)] += 1
+    shared = np.maximum(owners - 1, 0).sum()
+    assert shared <= (workers - 1) * (window + 2 + -(-batch // block))
+
+
+@given(st.integers(0, 200), st.integers(1, 9), st.integers(2, 4))
+def test_deal_batches_keeps_batches_whole(n, batch, workers):
+    order = np.arange(n, dtype=np.int64)
+    dealt = deal_batches(order, batch, workers)
+    full = n // batch
+    assert sorted(dealt.tolist()) == list(range(n))
+    chunks = [dealt[i : i + batch].tolist() for i in range(0, n, batch)]
+    assert all(c == list(range(c[0], c[0] + len(c))) for c in chunks)  # whole batches
+    assert dealt[full * batch :].tolist() == order[full * batch :].tolist()  # tail stays last
+    if full >= workers:
+        starts = [c[0] // batch for c in chunks[:full]]
+        runs = [s * workers // full for s in starts]
+        assert runs[:workers] == list(range(workers))  # round robin over the runs
+
+
 def test_reads_block_size_from_the_dataset(make_h5):
     path = make_h5({"x": (images(40), "gzip"), "c": images(40)})
     assert ChunkShuffleSampler(H5LazyDataset(path, "x")).block_size == 8
@@ -163,6 +200,10 @@ def test_errors():
         ChunkShuffleSampler(10, block_size=2, even="odd")
     with pytest.raises(ValueError, match="rank must be in"):
         ChunkShuffleSampler(10, block_size=2, rank=3, world_size=2)
+    with pytest.raises(ValueError, match="num_workers=4 needs batch_size="):
+        ChunkShuffleSampler(10, block_size=2, num_workers=4)
+    with pytest.raises(ValueError, match="num_workers must be >= 0, got -1"):
+        ChunkShuffleSampler(10, block_size=2, num_workers=-1)
     with pytest.raises(TypeError, match="unexpected keyword argument 'windows'"):
         ChunkShuffleSampler(10, block_size=2, windows=3)
 
@@ -219,3 +260,19 @@ def test_shuffle_quality_against_full_shuffle():
     assert 0.1 < q_chunk.file_neighbours_together < 0.15  # ~batch / (window * block)
     assert q_full.blocks_per_batch > 230 and q_chunk.blocks_per_batch < 34
     assert q_full.decodes_per_block > 45 and q_chunk.decodes_per_block == 1.0
+
+
+@pytest.mark.slow
+def test_dataloader_workers_read_every_sample_once(make_h5):
+    path = make_h5({"x": (images(300), "gzip"), "y": np.arange(300)})
+    ds = H5LazyDataset(path, "x", "y")
+    sampler = ChunkShuffleSampler(ds, window_chunks=3, batch_size=16, num_workers=2)
+    loader = batched_loader(
+        ds, 16, sampler=sampler, num_workers=2, multiprocessing_context="spawn", timeout=120
+    )
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        xs, ys = zip(*loader, strict=True)
+        y = torch.cat(ys).numpy()
+        assert sorted(y.tolist()) == list(range(300))
+        np.testing.assert_array_equal(torch.cat(xs).numpy(), h5_rows(path, "x", y))

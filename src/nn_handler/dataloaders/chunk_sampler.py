@@ -8,6 +8,11 @@ decoded once per epoch, and the order is still random at two levels (which block
 which samples of a window go together). The price is weaker mixing inside a batch; the README's
 "Chunk-aware shuffling" section gives the numbers next to a full shuffle.
 
+DataLoader workers: batch ``i`` goes to worker ``i % num_workers``, so consecutive batches of one
+window would make every worker decode the same chunks. Given ``batch_size`` and ``num_workers``,
+the sampler cuts its order into ``num_workers`` runs of whole batches and deals them out round
+robin: each worker then reads its own run of windows, and each chunk is still decoded once.
+
 Distributed: every rank builds the same block order and takes one contiguous part of it (so each
 rank reads its own chunks, with at most two shared at the borders); parts have equal lengths
 (``even="pad"`` repeats a few samples, ``"drop"`` leaves a few out), then each rank shuffles its
@@ -53,6 +58,9 @@ class ChunkShuffleSampler(_EpochSampler):
         shuffle: False yields the data in file order (still split across ranks).
         even: ``"pad"`` (every sample at least once; ``num_padded`` repeats) or ``"drop"`` (no
             repeats; ``num_dropped`` samples left out) to give every rank the same count.
+        batch_size: The loader's batch size; needed with ``num_workers > 1``.
+        num_workers: The loader's ``num_workers``: with 2 or more, batches are dealt so each
+            worker reads its own chunks (see the module docstring).
         size_cache: Grow the dataset's chunk cache (``set_chunk_cache``) when a window of
             chunks would not fit in it, and log the new size.
 
@@ -67,7 +75,15 @@ class ChunkShuffleSampler(_EpochSampler):
         ...     sampler.set_epoch(epoch)
     """
 
-    _state_sizes = ("data_len", "block_size", "window_chunks", "rank", "world_size")
+    _state_sizes = (
+        "data_len",
+        "block_size",
+        "window_chunks",
+        "rank",
+        "world_size",
+        "batch_size",
+        "num_workers",
+    )
 
     def __init__(
         self,
@@ -80,6 +96,8 @@ class ChunkShuffleSampler(_EpochSampler):
         world_size: int | None = None,
         shuffle: bool = True,
         even: EvenMode = "pad",
+        batch_size: int | None = None,
+        num_workers: int = 0,
         size_cache: bool = True,
     ) -> None:
         super().__init__(seed, shuffle)
@@ -95,6 +113,15 @@ class ChunkShuffleSampler(_EpochSampler):
         self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
         per_rank, rem = divmod(self.data_len, self.world_size)
         self._per_rank = per_rank + (1 if even == "pad" and rem else 0)
+        self.batch_size = (
+            None if batch_size is None else check_positive_int("batch_size", batch_size)
+        )
+        self.num_workers = check_non_negative_int("num_workers", num_workers)
+        if self.num_workers > 1 and self.batch_size is None:
+            raise ValueError(
+                f"num_workers={num_workers!r} needs batch_size=<the loader's batch size> so "
+                "that each worker gets batches of its own chunks"
+            )
         if not isinstance(size_cache, bool):
             raise TypeError(f"size_cache must be True or False, got {size_cache!r}")
         if size_cache:
@@ -126,9 +153,12 @@ class ChunkShuffleSampler(_EpochSampler):
             blocks = self._rng(0).permutation(blocks)
         whole = _fit_length(block_order(self.data_len, self.block_size, blocks), self.total_size)
         mine = whole[self.rank * self._per_rank : (self.rank + 1) * self._per_rank]
-        if not self.shuffle:
-            return mine
-        return window_shuffle(mine, self.window_chunks * self.block_size, self._rng(1 + self.rank))
+        if self.shuffle:
+            window = self.window_chunks * self.block_size
+            mine = window_shuffle(mine, window, self._rng(1 + self.rank))
+        if self.num_workers > 1 and self.batch_size is not None:
+            mine = deal_batches(mine, self.batch_size, self.num_workers)
+        return mine
 
     def _rng(self, stream: int) -> np.random.Generator:
         # stream 0: the block order shared by all ranks; 1 + rank: that rank's window shuffle
@@ -143,7 +173,8 @@ class ChunkShuffleSampler(_EpochSampler):
             f"ChunkShuffleSampler(data_len={self.data_len}, block_size={self.block_size}, "
             f"window_chunks={self.window_chunks}, rank={self.rank}, "
             f"world_size={self.world_size}, seed={self.seed}, shuffle={self.shuffle}, "
-            f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank})"
+            f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank}, "
+            f"batch_size={self.batch_size}, num_workers={self.num_workers})"
         )
 
 
@@ -165,6 +196,22 @@ def window_shuffle(
         out[:full] = rng.permuted(order[:full].reshape(-1, window), axis=1).ravel()
     out[full:] = rng.permutation(order[full:])
     return out
+
+
+def deal_batches(order: npt.NDArray[np.int64], batch: int, workers: int) -> npt.NDArray[np.int64]:
+    """Reorder whole batches so batch ``i`` comes from run ``i % workers`` of ``order``.
+
+    ``order``'s full batches are cut into ``workers`` contiguous runs (longer runs first) and
+    dealt round robin; a last, partial batch stays last so batch boundaries do not move.
+    """
+    full = len(order) // batch
+    if full < 2 or workers < 2:
+        return order
+    run = np.arange(full) * workers // full
+    first_of_run = np.searchsorted(run, run, side="left")
+    key = (np.arange(full) - first_of_run) * workers + run
+    dealt = order[: full * batch].reshape(full, batch)[np.argsort(key)]
+    return np.concatenate([dealt.ravel(), order[full * batch :]])
 
 
 def _length(dataset: Any) -> int:
