@@ -133,3 +133,23 @@ def test_window_cache_nbytes(make_h5):
     assert ds.window_cache_nbytes(5, 10) == 10 * 2 * 8 * ROW_BYTES  # straddling: 2 chunks
     assert H5LazyDataset(path, "c").window_cache_nbytes(8, 10) == 0  # contiguous: no cache
     assert H5LazyDataset(path, "s").window_cache_nbytes(5, 3) == 3 * 5 * ROW_BYTES
+
+
+def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "lzf-fletcher")}))  # 6-row chunks h5py decodes
+    assert r.strategy == "chunks"
+    calls = []
+    dset = r._dataset()
+    assert dset.id.get_access_plist().get_chunk_cache()[1] == 0  # no second, HDF5-side cache
+    original = type(dset).read_direct
+
+    def spy(self, dest, source_sel=None, dest_sel=None):
+        calls.append(source_sel)
+        return original(self, dest, source_sel, dest_sel)
+
+    monkeypatch.setattr(type(dset), "read_direct", spy)
+    np.testing.assert_array_equal(r.read([1, 7, 2, 8]), data[[1, 7, 2, 8]])
+    np.testing.assert_array_equal(r.read([3, 9, 13]), data[[3, 9, 13]])
+    assert len(calls) == 3  # blocks 0, 1, then 2: each read once
+    np.testing.assert_array_equal(r.read_range(5, 40), data[5:40])

@@ -1,15 +1,17 @@
-"""Rows of a compressed chunked dataset, read by decoding whole chunks in the decode pool.
+"""Rows of a chunked dataset, read as whole decoded chunks kept in a per-process LRU.
 
 A *block* is one chunk's worth of rows along axis 0 (every chunk whose first index is
-``b * chunk_rows``; more than one when chunks split rows). Raw chunks come from
-``read_direct_chunk`` (h5py holds its lock for the copy only) and are decoded by ``_decode`` in
-threads straight into their place: a block array, or the caller's buffer for sequential reads.
+``b * chunk_rows``; more than one when chunks split rows). With a codec (gzip, shuffle,
+Fletcher-32), raw chunks come from ``read_direct_chunk`` (h5py holds its lock for the copy only)
+and are decoded by ``_decode`` in threads straight into their place: a block array, or the
+caller's buffer for sequential reads. Without one (other filters: lzf, blosc, zstd, …), h5py
+decodes each block in one call, under its lock.
 
-Because this bypasses HDF5's own chunk cache, decoded blocks are kept in a small LRU whose byte
-budget is the file's ``rdcc_nbytes``: consecutive batches that touch the same chunk decode it
-once. A chunk the fast path cannot serve (never written, so HDF5 serves the fill value; a bad
-checksum; a corrupt stream) is read through h5py instead, which returns the fill value or raises
-HDF5's own error.
+Decoded blocks are kept in an LRU whose byte budget is the file's ``rdcc_nbytes`` (HDF5's own
+chunk cache is switched off for these datasets, so memory stays within that budget): consecutive
+batches that touch the same chunk decode it once. A chunk the codec cannot serve (never written,
+so HDF5 serves the fill value; a bad checksum; a corrupt stream) is read through h5py instead,
+which returns the fill value or raises HDF5's own error.
 """
 
 from __future__ import annotations
@@ -94,23 +96,33 @@ class BlockCache:
 
 
 class ChunkBlocks:
-    """Serves rows of one dataset by decoding its chunks in parallel (see module docstring).
+    """Serves rows of one chunked dataset from whole decoded blocks (see module docstring).
 
     Args:
         source: The file (its ``rdcc_nbytes`` is the LRU budget).
-        codec: How to decode one raw chunk.
         shape: The dataset's shape.
+        dtype: The dataset's dtype.
+        chunks: The dataset's chunk shape.
+        codec: How to decode one raw chunk in threads, or None to let h5py decode blocks.
     """
 
-    def __init__(self, source: H5Source, codec: ChunkCodec, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        source: H5Source,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        codec: ChunkCodec | None,
+    ) -> None:
         self.source = source
         self.codec = codec
+        self.dtype = dtype
         self.length = shape[0]
         self.row_shape = shape[1:]
-        self.block_rows = codec.chunk_shape[0]
-        self.block_nbytes = self.block_rows * math.prod(self.row_shape) * codec.dtype.itemsize
+        self.block_rows = chunks[0]
+        self.block_nbytes = self.block_rows * math.prod(self.row_shape) * dtype.itemsize
         self.cache = BlockCache()
-        self._tiles = _tiles(self.row_shape, codec.chunk_shape[1:])
+        self._tiles = _tiles(self.row_shape, chunks[1:])
 
     def read(
         self, dset: h5py.Dataset, idx: IndexArray, out: np.ndarray[Any, Any]
@@ -132,6 +144,9 @@ class ChunkBlocks:
         self, dset: h5py.Dataset, start: int, stop: int, out: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:
         """Fill ``out`` with rows ``[start, stop)``: whole blocks decode straight into it."""
+        if self.codec is None:  # HDF5 reads a range best itself
+            dset.read_direct(out, np.s_[start:stop])
+            return out
         first, last = start // self.block_rows, (stop - 1) // self.block_rows
         inner = [b for b in (first, last) if not self._inside(b, start, stop)]
         whole = (b for b in range(first, last + 1) if b not in inner)
@@ -151,11 +166,15 @@ class ChunkBlocks:
         """Return blocks ``ids``, from the cache or decoded now (in parallel) and cached."""
         found = [self.cache.get(b) for b in ids]
         missing = {
-            b: np.empty((self._stop(b) - self._start(b), *self.row_shape), self.codec.dtype)
+            b: np.empty((self._stop(b) - self._start(b), *self.row_shape), self.dtype)
             for b, block in zip(ids, found, strict=True)
             if block is None
         }
-        self._run(dset, (task for b, arr in missing.items() for task in self._tasks(b, arr)))
+        if self.codec is None:
+            for b, arr in missing.items():  # h5py decodes, one call per block
+                dset.read_direct(arr, np.s_[self._start(b) : self._stop(b)])
+        else:
+            self._run(dset, (task for b, arr in missing.items() for task in self._tasks(b, arr)))
         budget = self.source.options.rdcc_nbytes
         for b, arr in missing.items():
             self.cache.put(b, arr, budget)
@@ -168,13 +187,14 @@ class ChunkBlocks:
             yield (first_row, *offset), dest[index]
 
     def _run(self, dset: h5py.Dataset, tasks: Iterator[_Task]) -> None:
-        dset_id = dset.id
+        dset_id, codec = dset.id, self.codec
+        assert codec is not None
 
         def decode_into(task: _Task) -> _Task | None:
             offset, dest = task
             try:
                 mask, raw = dset_id.read_direct_chunk(offset)
-                chunk = self.codec.decode(raw, mask)
+                chunk = codec.decode(raw, mask)
             except (RuntimeError, OSError, ChunkDecodeError):
                 return task  # unwritten chunk, bad checksum, corrupt data: ask h5py
             dest[...] = chunk[tuple(slice(0, n) for n in dest.shape)]

@@ -119,17 +119,23 @@ class H5Source:
                 _OPEN_SOURCES.add(self)
             return self._file
 
-    def dataset(self, key: str, *, arg: str = "key") -> h5py.Dataset:
+    def dataset(self, key: str, *, arg: str = "key", chunk_cache: bool = True) -> h5py.Dataset:
         """Return the dataset at ``key`` (cached per process; nested paths allowed).
+
+        ``chunk_cache=False`` opens it with HDF5's chunk cache off, for readers that keep
+        decoded chunks themselves (HDF5 shares one cache between all opens of a dataset, so a
+        key is read through one of the two kinds only).
 
         Raises:
             KeyError: ``key`` is missing; the message lists the datasets the file has.
             TypeError: ``key`` names a group, not a dataset.
         """
         handle = self.file
-        cached = self._datasets.get(key)
+        cached = self._datasets.get(key if chunk_cache else f"{key}\0nocache")
         if cached is not None:
             return cached
+        if not chunk_cache:
+            return self._open_uncached(key, arg)
         obj = handle.get(key)
         if obj is None:
             raise KeyError(
@@ -143,6 +149,15 @@ class H5Source:
             )
         self._datasets[key] = obj
         return obj
+
+    def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
+        self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
+        self._datasets.pop(key)
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(self.options.rdcc_nslots, 0, self.options.rdcc_w0)
+        dset = h5py.Dataset(h5py.h5d.open(self.file.id, key.encode(), dapl))
+        self._datasets[f"{key}\0nocache"] = dset
+        return dset
 
     def close(self) -> None:
         """Close this process's handle (a later read reopens it)."""
