@@ -56,3 +56,16 @@ def test_bad_environment_names_the_variable():
         ValueError, match="environment variable WORLD_SIZE='four' is not an integer"
     ):
         World.detect(environ={"RANK": "0", "WORLD_SIZE": "four"})
+
+
+def test_detect_with_world_size_only_says_which_rank_it_assumes():
+    lines = []
+    w = World.detect(world_size=4, log_fn=lines.append, environ={})
+    assert w == World(0, 4, 0)
+    assert len(lines) == 1 and "using rank 0 of world_size=4" in lines[0]
+    lines.clear()
+    assert World.detect(rank=0, log_fn=lines.append, environ={}) == World()
+    assert len(lines) == 1 and "world size 1" in lines[0]
+    lines.clear()
+    World.detect(rank=1, world_size=2, log_fn=lines.append, environ={})
+    assert lines == []  # both given: nothing was guessed

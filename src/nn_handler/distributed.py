@@ -77,10 +77,7 @@ class World:
         found = _from_process_group() or _from_environment(env)
         if found is None:
             if log_fn is not None and (rank is None or world_size is None):
-                log_fn(
-                    "nn_handler: no torch.distributed process group and no RANK/WORLD_SIZE in "
-                    "the environment; running as a single process (world size 1)"
-                )
+                log_fn(_fallback_message(rank, world_size))
             found = cls()
         local = found.local_rank if rank is None else _env_int(env, "LOCAL_RANK", rank)
         return cls(
@@ -88,6 +85,13 @@ class World:
             world_size=found.world_size if world_size is None else world_size,
             local_rank=local,
         )
+
+
+def _fallback_message(rank: int | None, world_size: int | None) -> str:
+    where = "no torch.distributed process group and no RANK/WORLD_SIZE in the environment"
+    if world_size is None:
+        return f"nn_handler: {where}; running as a single process (world size 1)"
+    return f"nn_handler: {where}; using rank 0 of world_size={world_size}"
 
 
 def _from_process_group() -> World | None:

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import torch
 
+from ._tensors import check_device
 from ._validate import check_positive_int
 
 __all__ = ["DevicePrefetcher"]
@@ -175,12 +176,8 @@ def _resolve(device: str | torch.device | None) -> torch.device:
             _LOG.info("DevicePrefetcher: CUDA is not available; batches stay on the CPU")
         return torch.device("cpu")
     try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be a torch device or its name, got {device!r}") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
+        return check_device("device", device)
+    except RuntimeError as exc:
         raise RuntimeError(
-            f"device={device!r} but CUDA is not available in this process; pass device=None to "
-            "use the GPU when there is one and the CPU otherwise"
-        )
-    return resolved
+            f"{exc}; pass device=None to use the GPU when there is one and the CPU otherwise"
+        ) from exc

@@ -1,0 +1,332 @@
+"""CombinedHDF5Dataset: many HDF5 files as one dataset, filtered on metadata, read in batches.
+
+Each file holds per-sample fields of one length ``N`` (signals, one-hot targets, weights, ids,
+flags). Filters are evaluated once, at construction, on the metadata columns they need; the
+result is a global index of two NumPy arrays (file number, row). Batches are read with one
+``RowReader`` call per (file, field), through a per-process pool that caps open files.
+``create_optimized_dataloader`` builds a sharded, per-epoch shuffled DataLoader on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from ._combined_batch import check_float_dtype, read_rows, split_batch, to_batch
+from ._combined_index import build_index
+from ._combined_loader import create_optimized_dataloader
+from ._field_schema import field_list, resolve_field_names
+from ._file_pool import FilePool
+from ._filter_spec import FilterSpec
+from ._indices import IndexArray, as_index_array, normalize_index
+from ._lru import SampleCache
+from ._source import FileOptions, LockingMode
+from ._validate import check_non_negative_int
+
+__all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
+
+_log = logging.getLogger(__name__)
+PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class _ProcessState:
+    """What each process keeps for itself: its sample cache and its counters."""
+
+    pid: int
+    cache: SampleCache | None
+    hits: int = 0
+    misses: int = 0
+    accesses: int = 0
+    bytes_read: int = 0
+
+
+class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
+    """Samples from many HDF5 files as one map-style dataset, with metadata filters and a cache.
+
+    ``dataset[i]`` returns ``{field: value}`` for the loaded fields: float fields as tensors of
+    ``dtype``, integer and bool fields as tensors of their stored type, string fields (``guid``)
+    as ``str``. ``dataset[list_of_indices]`` returns the batch stacked (strings as a list of
+    ``str``), and ``__getitems__`` lets ``DataLoader`` read a batch at once: one read per
+    (file, field), however many samples the batch draws from that file.
+
+    Fields are logical names mapped to dataset paths (default: the name itself): ``fhr_st``,
+    ``fhr_ph``, ``target`` (one-hot, ``(N, C)`` or ``(N, T, C)``), ``weight``, ``guid``,
+    ``cs_label``, ``bg_label``, ``epoch``; ``field_names`` renames them or adds others. Every
+    field of a file has the file's length ``N``; files may differ in ``N``.
+
+    Required fields: each ``load_fields`` entry, every field an active filter reads (``guid``,
+    ``cs_label``, ``bg_label``, ``epoch``, ``target``, ``valid_field``), and ``valid_field``
+    with ``return_valid_mask``. A file without one raises ``KeyError``. With
+    ``load_fields=None`` the fields present in *every* file are loaded; one missing from some
+    files is left out of every batch (logged), never returned for some samples only.
+
+    Filters (all optional, combined with AND) run once, at construction, file by file and in
+    this order: ``allowed_guids``, ``cs_label``, ``bg_label``, ``epoch_min``/``epoch_max``,
+    ``label``, ``min_valid_fraction``, ``where``. Each reads only its field, for the rows still
+    in; ``get_stats()["removed_by_filter"]`` counts per filter the samples it removed (a sample
+    counts for the first filter that removes it). Files left without samples are skipped.
+
+    The cache holds up to ``cache_size`` decoded samples **per process**: each DataLoader worker
+    has its own cache and counters, and ``get_stats()`` reports those of the calling process.
+
+    Args:
+        paths: One HDF5 path or a sequence of them.
+        load_fields: Fields to return (default: every field present in all files).
+        allowed_guids: Keep samples whose ``guid`` is one of these (str or bytes; stored ids
+            may be fixed- or variable-length, bytes or str).
+        cs_label: Keep samples whose ``cs_label`` equals this (nonzero counts as True).
+        bg_label: Keep samples whose ``bg_label`` equals this.
+        epoch_min: Keep samples with ``epoch >= epoch_min`` (NaN epochs are removed).
+        epoch_max: Keep samples with ``epoch <= epoch_max``.
+        label: Keep samples whose one-hot ``target`` marks class ``label`` (value > 0) at any
+            time step.
+        cache_size: Samples cached per process (0 disables the cache).
+        pin_memory: Return pinned tensors when CUDA is available (in the main process; in
+            DataLoader workers use ``DataLoader(pin_memory=True)``); without CUDA a no-op,
+            logged once.
+        dtype: Dtype of float fields: ``torch.float16``, ``torch.bfloat16``, ``torch.float32``
+            or ``torch.float64``.
+        field_names: ``{field: dataset path}`` overriding or adding field names, e.g.
+            ``{"guid": "patient_id", "fhr_xx": "signals/xx"}``.
+        where: ``where(columns) -> bool array``: any other rule. ``columns`` maps every field
+            with one value per sample (``epoch``, ``guid`` as str, flags, …) to its whole
+            column in one file; return a mask of the file's length.
+        min_valid_fraction: Drop samples of ``valid_field`` with no valid time step, or with a
+            valid fraction below this (0 drops only samples with none). A step is valid when
+            all its values are finite and one is nonzero.
+        valid_field: Signal field the validity is computed on.
+        time_axis: Time axis of one ``valid_field`` sample (default: the last).
+        return_valid_mask: Add the per-step validity (``bool``, shape ``(T,)``) as field
+            ``"valid_mask"``.
+        metadata_in_memory: Keep loaded fields with one value per sample (``weight``,
+            ``guid``, flags, ``epoch``) in RAM after construction, as NumPy arrays of their
+            itemsize per sample (ids as UTF-8 bytes); a batch then reads only the per-sample
+            arrays (signals, targets) from the files. False reads every field from the files.
+        max_open_files: Files open at once per process (least recently used closed first).
+        rdcc_nbytes: HDF5 chunk cache per open dataset, in bytes.
+        rdcc_nslots: Hash slots of the chunk cache.
+        rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
+        swmr: Open in SWMR read mode where possible.
+        locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
+
+    Raises:
+        ValueError: no paths, a path twice, ``epoch_min > epoch_max``, ``label`` outside the
+            class range, an unknown ``load_fields`` entry (the message lists the fields), or
+            fields that disagree in length or shape.
+        FileNotFoundError: a file does not exist.
+        KeyError: a file lacks a required field (naming the file, the field and its fields).
+        TypeError: an argument of the wrong type.
+
+    Example:
+        >>> ds = CombinedHDF5Dataset(["a.h5", "b.h5"], cs_label=True, label=1, cache_size=2000)
+        >>> batch = ds[[0, 5, 9]]  # {"fhr_st": tensor (3, ...), "guid": [str, str, str], ...}
+    """
+
+    #: ``dataset[list_of_indices]`` returns a stacked batch (see ``batched_loader``).
+    supports_batch_indexing = True
+
+    def __init__(
+        self,
+        paths: PathLike | Sequence[PathLike],
+        load_fields: Sequence[str] | None = None,
+        allowed_guids: Iterable[str | bytes] | None = None,
+        cs_label: bool | None = None,
+        bg_label: bool | None = None,
+        epoch_min: float | None = None,
+        epoch_max: float | None = None,
+        label: int | None = None,
+        cache_size: int = 1000,
+        pin_memory: bool = True,
+        dtype: torch.dtype = torch.float32,
+        *,
+        field_names: dict[str, str] | None = None,
+        where: Callable[[dict[str, np.ndarray[Any, Any]]], Any] | None = None,
+        min_valid_fraction: float | None = None,
+        valid_field: str = "fhr_st",
+        time_axis: int = -1,
+        return_valid_mask: bool = False,
+        metadata_in_memory: bool = True,
+        max_open_files: int = 64,
+        rdcc_nbytes: int = 16 * 1024**2,
+        rdcc_nslots: int = 10_007,
+        rdcc_w0: float = 0.75,
+        swmr: bool = True,
+        locking: LockingMode = "best-effort",
+    ) -> None:
+        self.dtype = check_float_dtype(dtype)
+        self.cache_size = check_non_negative_int("cache_size", cache_size)
+        self.pin_memory = _check_bool("pin_memory", pin_memory)
+        spec = FilterSpec.build(
+            allowed_guids=allowed_guids,
+            cs_label=cs_label,
+            bg_label=bg_label,
+            epoch_min=epoch_min,
+            epoch_max=epoch_max,
+            label=label,
+            min_valid_fraction=min_valid_fraction,
+            valid_field=valid_field,
+            time_axis=time_axis,
+            where=where,
+        )
+        keys = resolve_field_names(field_names)
+        fields = field_list(load_fields)
+        mask = _check_bool("return_valid_mask", return_valid_mask)
+        in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
+        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        self._pool = FilePool(paths, options, keys, max_open_files)
+        try:
+            self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)
+        finally:
+            # hold no handle after construction: forked workers inherit nothing
+            self._pool.close()
+        self.filters = spec.active()
+        self._pin = self.pin_memory and _cuda_pinning_available()
+        self._lock = threading.Lock()
+        self._state: _ProcessState | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        """Every file given, in order (files without samples included)."""
+        return [s.path for s in self._pool.sources]
+
+    @property
+    def fields(self) -> list[str]:
+        """Names of the fields each sample returns."""
+        return list(self._plan.fields)
+
+    def __len__(self) -> int:
+        return int(self._index.file_of.size)
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """Return ``(path, row)``: where sample ``index`` is stored."""
+        i = normalize_index(index, len(self))
+        return self.paths[int(self._index.file_of[i])], int(self._index.row_of[i])
+
+    def __getitem__(self, index: Any) -> dict[str, Any]:
+        """Return sample ``index``, or the stacked batch for a sequence / array / slice."""
+        if hasattr(index, "__index__") and getattr(index, "ndim", 0) == 0:
+            one = np.array([normalize_index(index, len(self))], dtype=np.int64)
+            batch = self._batch(one)
+            return {name: value[0] for name, value in batch.items()}
+        return self._batch(as_index_array(index, len(self)))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Return the samples at ``indices`` as a list of dicts, reading the batch at once."""
+        idx = as_index_array(indices, len(self))
+        return split_batch(self._batch(idx), idx.size)
+
+    def clear_cache(self) -> None:
+        """Empty this process's sample cache (the counters are kept)."""
+        with self._lock:
+            state = self._local()
+            if state.cache is not None:
+                state.cache.clear()
+
+    def get_stats(self) -> dict[str, Any]:
+        """Return sizes, filter counts, and this process's cache and read counters."""
+        with self._lock:
+            state = self._local()
+            cached = 0 if state.cache is None else len(state.cache)
+            open_files = len(self._pool.open_files)
+        lookups = state.hits + state.misses
+        return {
+            "total_samples": len(self),
+            "files": self._index.files_kept,
+            "files_skipped": len(self._index.schemas) - self._index.files_kept,
+            "samples_scanned": self._index.scanned,
+            "removed_by_filter": dict(self._index.removed),
+            "cache_size": cached,
+            "cache_capacity": self.cache_size,
+            "cache_hits": state.hits,
+            "cache_misses": state.misses,
+            "hit_rate": state.hits / lookups if lookups else 0.0,
+            "access_count": state.accesses,
+            "bytes_read": state.bytes_read,
+            "index_bytes_read": self._index.nbytes,
+            "open_files": open_files,
+            "max_open_files": self._pool.max_open,
+            "dtype": self.dtype,
+            "fields": self.fields,
+        }
+
+    def close(self) -> None:
+        """Close every file this process has open (later reads reopen them)."""
+        with self._lock:
+            self._pool.close()
+
+    def __enter__(self) -> CombinedHDF5Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _local(self) -> _ProcessState:
+        state = self._state
+        if state is None or state.pid != os.getpid():
+            fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
+            cache = SampleCache(self.cache_size, fields) if self.cache_size else None
+            state = self._state = _ProcessState(os.getpid(), cache)
+        return state
+
+    def _batch(self, idx: IndexArray) -> dict[str, Any]:
+        with self._lock:
+            arrays = self._fetch(idx)
+        pin = self._pin and get_worker_info() is None
+        return to_batch(arrays, self._plan.fields, self.dtype, pin)
+
+    def _fetch(self, idx: IndexArray) -> dict[str, np.ndarray[Any, Any]]:
+        state = self._local()
+        state.accesses += idx.size
+        if state.cache is None:
+            state.misses += idx.size
+            return self._read(idx, state)
+        arrays, misses = state.cache.fetch(idx, lambda missing: self._read(missing, state))
+        state.hits += idx.size - misses
+        state.misses += misses
+        return arrays
+
+    def _read(self, idx: IndexArray, state: _ProcessState) -> dict[str, np.ndarray[Any, Any]]:
+        index = self._index
+        arrays, nbytes = read_rows(self._pool, self._plan, idx, index.file_of, index.row_of)
+        state.bytes_read += nbytes
+        return arrays
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_lock=None, _state=None)  # a new process starts with its own cache
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        filters = ", ".join(self.filters) or "none"
+        return (
+            f"CombinedHDF5Dataset({len(self)} samples from {self._index.files_kept} of "
+            f"{len(self._pool.sources)} files, fields={self.fields}, dtype={self.dtype}, "
+            f"filters=[{filters}], cache_size={self.cache_size}, "
+            f"open_files={len(self._pool.open_files)})"
+        )
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _cuda_pinning_available() -> bool:
+    if torch.cuda.is_available():
+        return True
+    _log.info("pin_memory=True but CUDA is not available: returning unpinned tensors")
+    return False

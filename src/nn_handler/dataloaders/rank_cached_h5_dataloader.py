@@ -1,0 +1,413 @@
+"""RankMemCachedH5Dataset: each DDP rank reads its shard of an HDF5 file into RAM once.
+
+The shard is read at construction, straight into its final buffer (``contiguous``: one slice of
+rows; ``interleave``: rows ``rank, rank + world_size, …``), after checking that it fits in
+available RAM (and in ``/dev/shm`` with ``share_memory=True``). From then on every sample and
+batch is served from memory: a batch is one ``index_select``, and nothing keeps the file open.
+
+Ranks whose shards differ by one sample would run a different number of steps and hang DDP;
+``equal_steps`` (default ``"pad"``) fixes the samples every rank iterates per epoch, and
+``make_sampler()`` returns the sampler that honours it.
+
+``EpochShuffleSampler``, ``_balanced_contiguous_shard`` and ``_interleaved_indices`` are
+re-exported here from ``samplers`` (users import them from this module).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from ..distributed import World
+from . import _memory
+from ._indices import as_index_array, normalize_index
+from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
+from ._source import FileOptions, H5Source, LockingMode
+from ._tensors import check_device
+from ._validate import check_choice, numpy_dtype
+from .h5_dataloader import _check_callable, _check_key, _is_scalar_index
+from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
+
+__all__ = [
+    "EpochShuffleSampler",
+    "RankMemCachedH5Dataset",
+    "_balanced_contiguous_shard",
+    "_interleaved_indices",
+]
+
+ShardMode = Literal["contiguous", "interleave"]
+EqualSteps = Literal["pad", "drop"] | None
+Sample = torch.Tensor | tuple[Any, Any]
+
+_MODES: tuple[ShardMode, ...] = ("contiguous", "interleave")
+_EQUAL_STEPS: tuple[EqualSteps, ...] = ("pad", "drop", None)
+
+
+class RankMemCachedH5Dataset(Dataset[Sample]):
+    """This rank's shard of an HDF5 file, read into (optionally shared, pinned) RAM once.
+
+    ``dataset[i]`` returns ``x`` or ``(x, y)`` from the cache (``0 <= i < len(dataset)``, this
+    rank's shard); ``dataset[list / array / tensor / slice]`` returns the stacked batch and
+    ``__getitems__`` the list of samples, each gathered with one ``index_select``. Transforms,
+    when given, run per sample on a copy (the cache is never modified).
+
+    Every rank iterates ``samples_per_rank`` samples per epoch when it uses
+    ``make_sampler()``: with ``equal_steps="pad"`` (default) shorter shards repeat some of
+    their own samples (``num_padded``), with ``"drop"`` longer shards leave some out
+    (``num_dropped``), with None each rank iterates its whole shard (unequal step counts: only
+    safe without DDP). More ranks than samples (an empty shard on some rank) raises
+    ``ValueError`` on every rank with ``equal_steps="pad"``, because an empty shard has nothing
+    to repeat; with ``"drop"`` or None the empty shard has length 0 and is logged.
+
+    Args:
+        path: Path of the HDF5 file.
+        x_key: Dataset holding the inputs, samples along axis 0 (nested paths work).
+        y_key: Dataset holding the targets (same length), or None for x-only samples.
+        mode: ``"contiguous"`` (rank r caches one slice of rows: sequential reads, best for
+            compressed files) or ``"interleave"`` (rows ``r, r + world_size, …``: every rank
+            sees all parts of the file; compressed chunks are decoded by every rank).
+        dtype_x: NumPy dtype the inputs are cached as (default float32), or None to keep the
+            stored dtype. The cast runs block-wise, so it never doubles peak memory.
+        dtype_y: NumPy dtype the targets are cached as, or None to keep the stored dtype.
+        transform: Callable applied to each input sample (a tensor) when served.
+        target_transform: Callable applied to each target sample when served.
+        pin_host_memory: Page-lock the cache where CUDA is available (in place, so a shared
+            cache stays shared), and gather batches in the main process into pinned buffers,
+            so ``.cuda(non_blocking=True)`` is asynchronous. Without CUDA: logged once, no
+            effect.
+        share_memory: Allocate the cache in shared memory (``/dev/shm``) from the start, so
+            DataLoader workers started with spawn or forkserver map it instead of copying.
+        rdcc_nbytes: HDF5 chunk-cache size used while preloading.
+        rdcc_nslots: Hash slots of the chunk cache.
+        rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
+        swmr: Open in SWMR read mode where possible.
+        log_fn: Receives the log lines (load size, time and speed; single-process notice).
+        rank: This process's rank; detected (``torch.distributed``, then ``RANK``) when None.
+        world_size: Number of ranks; detected (``torch.distributed``, then ``WORLD_SIZE``)
+            when None, 1 when nothing is found.
+        locking: h5py file locking (``"best-effort"`` works on NFS/Lustre).
+        equal_steps: ``"pad"``, ``"drop"`` or None: see above.
+        cache_device: Keep the cache on this device (e.g. ``"cuda"``) after the preload, so
+            batches are gathered there (one ``index_select`` on the device, no host copy).
+            Serve it from the main process (``num_workers=0``); incompatible with
+            ``share_memory``. None (default) keeps it in host RAM.
+
+    Raises:
+        FileNotFoundError / OSError: the file is missing or not HDF5.
+        KeyError: a key is missing; the message lists the file's datasets.
+        ValueError: unknown ``mode`` / ``equal_steps``, ``rank`` outside
+            ``[0, world_size)``, x and y lengths differ, or an empty shard with ``"pad"``.
+        TypeError: a dtype torch cannot hold, or a non-callable transform.
+        MemoryError: the shard does not fit in available RAM or ``/dev/shm``; the message
+            says how much is needed, how much is free and what to do.
+
+    Example:
+        >>> ds = RankMemCachedH5Dataset("data.h5", "images", "labels", dtype_y=np.int64)
+        >>> loader = batched_loader(ds, 256, sampler=ds.make_sampler(seed=0))
+    """
+
+    #: ``dataset[list_of_indices]`` returns a stacked batch (see ``batched_loader``).
+    supports_batch_indexing = True
+    #: Each rank holds a different part of the data: do not add a DistributedSampler.
+    is_rank_sharded = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        x_key: str,
+        y_key: str | None = None,
+        *,
+        mode: ShardMode = "contiguous",
+        dtype_x: Any = np.float32,
+        dtype_y: Any = None,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
+        pin_host_memory: bool = True,
+        share_memory: bool = False,
+        rdcc_nbytes: int = 256 * 1024**2,
+        rdcc_nslots: int = 1_000_003,
+        rdcc_w0: float = 0.75,
+        swmr: bool = True,
+        log_fn: Callable[[str], None] = print,
+        rank: int | None = None,
+        world_size: int | None = None,
+        locking: LockingMode = "best-effort",
+        equal_steps: EqualSteps = "pad",
+        cache_device: str | torch.device | None = None,
+    ) -> None:
+        device = None if cache_device is None else check_device("cache_device", cache_device)
+        if device is not None and device.type != "cpu" and share_memory:
+            raise ValueError(
+                f"share_memory=True shares a host cache with DataLoader workers, but "
+                f"cache_device={cache_device!r} keeps it on the device, served by this process; "
+                "pass one of them"
+            )
+        self.mode: ShardMode = check_choice("mode", mode, _MODES)
+        self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, _EQUAL_STEPS)
+        _check_key("x_key", x_key, optional=False)
+        _check_key("y_key", y_key, optional=True)
+        _check_options(
+            {"transform": transform, "target_transform": target_transform, "log_fn": log_fn},
+            {"pin_host_memory": pin_host_memory, "share_memory": share_memory},
+        )
+        self.transform, self.target_transform = transform, target_transform
+        self.log_fn = log_fn
+        self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
+        source = H5Source(path, FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking))
+        self.path = source.path
+        try:
+            readers = open_readers(source, x_key, y_key)
+            self.total = readers[0].length
+            self._check_shard_sizes()
+            self.rows = self._shard_rows()
+            casts = [numpy_dtype("dtype_x", dtype_x), numpy_dtype("dtype_y", dtype_y)]
+            plans = [
+                plan_cache(reader, arg, cast, len(self.rows))
+                for reader, arg, cast in zip(readers, ("x_key", "y_key"), casts, strict=False)
+            ]
+            caches = self._load(plans, share_memory)
+        finally:
+            source.close()  # everything is in RAM: nothing stays open
+        self.x: torch.Tensor = caches[0]
+        self.y: torch.Tensor | None = caches[1] if len(caches) > 1 else None
+        self.x_key, self.y_key = x_key, y_key
+        self._describe = [plan.describe() for plan in plans]
+        self.is_shared = share_memory
+        if device is not None and device.type != "cpu":
+            self._move_to(device)
+        self.is_pinned = pin_host_memory and self.x.device.type == "cpu" and self._pin()
+
+    # -- construction ------------------------------------------------------------------------
+
+    def _check_shard_sizes(self) -> None:
+        world = self.world.world_size
+        if self.equal_steps == "pad" and 0 < self.total < world:
+            empty = f"rank {world - 1}" if self.total == world - 1 else f"ranks {self.total}"
+            empty += "" if self.total == world - 1 else f"..{world - 1}"
+            raise ValueError(
+                f"the file has {self.total} samples but world_size={world}: {empty} would "
+                "get an empty shard, and equal_steps='pad' "
+                "cannot pad an empty shard (it has nothing to repeat). Run at most "
+                f"{self.total} ranks, or pass equal_steps='drop' (every rank then iterates 0 "
+                "samples) or equal_steps=None (unequal step counts: hangs DDP)"
+            )
+
+    def _shard_rows(self) -> range:
+        """This rank's rows of the file, as a range (step 1 or ``world_size``)."""
+        world, rank = self.world.world_size, self.world.rank
+        if self.mode == "contiguous":
+            start, stop = _balanced_contiguous_shard(self.total, world, rank)
+            return range(start, stop)
+        return range(rank, max(rank, self.total), world)
+
+    def _load(self, plans: list[CachePlan], shared: bool) -> list[torch.Tensor]:
+        keys = " and ".join(repr(plan.reader.key) for plan in plans)
+        world = self.world
+        started = time.perf_counter()
+        caches = fill_caches(
+            plans,
+            self.rows,
+            shared=shared,
+            what=f"rank {world.rank}'s shard of {keys} in {self.path!r}",
+            progress=lambda n: progress_bar(n, f"rank {world.rank} caching", world.local_rank == 0),
+        )
+        seconds = time.perf_counter() - started
+        nbytes = sum(plan.nbytes for plan in plans)
+        rate = nbytes / 1e6 / seconds if seconds > 0 else float("inf")
+        where = f"rank {world.rank}/{world.world_size}"
+        self.log_fn(
+            f"RankMemCachedH5Dataset: {where} cached {len(self.rows)} of {self.total} rows of "
+            f"{keys} ({self._rows_text()}): {_memory.format_bytes(nbytes)} in {seconds:.2f} s "
+            f"({rate:,.0f} MB/s)"
+        )
+        if len(self.rows) == 0:
+            self.log_fn(f"RankMemCachedH5Dataset: {where} has an empty shard (length 0)")
+        return caches
+
+    def _move_to(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            if self.nbytes > free:
+                raise MemoryError(
+                    f"rank {self.world.rank}'s cache needs {_memory.format_bytes(self.nbytes)} "
+                    f"on {device} but {_memory.format_bytes(free)} is free; pass "
+                    "cache_device=None to keep it in host RAM, or use more ranks"
+                )
+        self.x = self.x.to(device)
+        self.y = None if self.y is None else self.y.to(device)
+        self.log_fn(f"RankMemCachedH5Dataset: rank {self.world.rank}'s cache moved to {device}")
+
+    def _pin(self) -> bool:
+        # pin every cache even if one fails (no short-circuit), then report whether all are
+        pinned = [_memory.pin_in_place(t, self.log_fn) for t in self._caches()]
+        return all(pinned)
+
+    def _caches(self) -> list[torch.Tensor]:
+        return [t for t in (self.x, self.y) if t is not None]
+
+    def _rows_text(self) -> str:
+        rows = self.rows
+        if rows.step == 1:
+            return f"rows {rows.start}:{rows.stop}"
+        return f"rows {rows.start}::{rows.step}"
+
+    # -- equal steps ---------------------------------------------------------------------------
+
+    @property
+    def samples_per_rank(self) -> int:
+        """Samples every rank iterates per epoch under ``equal_steps`` (``len(self)`` if None)."""
+        world = self.world.world_size
+        if self.equal_steps == "pad":
+            return -(-self.total // world)
+        if self.equal_steps == "drop":
+            return self.total // world
+        return len(self)
+
+    @property
+    def num_padded(self) -> int:
+        """Samples this rank repeats per epoch to reach ``samples_per_rank``."""
+        return max(0, self.samples_per_rank - len(self))
+
+    @property
+    def num_dropped(self) -> int:
+        """Samples of this rank's shard left out per epoch to stay at ``samples_per_rank``."""
+        return max(0, len(self) - self.samples_per_rank)
+
+    def make_sampler(self, seed: int = 0, shuffle: bool = True) -> EpochShuffleSampler:
+        """Return an ``EpochShuffleSampler`` over this shard yielding ``samples_per_rank``."""
+        return EpochShuffleSampler(len(self), seed, shuffle, num_samples=self.samples_per_rank)
+
+    @property
+    def shard_indices(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Row numbers in the file of this rank's samples, in cache order."""
+        return np.arange(self.rows.start, self.rows.stop, self.rows.step, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache (x and y)."""
+        return sum(t.nbytes for t in self._caches())
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        """Return sample ``index``, or a stacked batch for a sequence / array / tensor / slice."""
+        if _is_scalar_index(index):
+            i = normalize_index(index, len(self))
+            x = _apply(self.transform, self.x[i].clone())
+            if self.y is None:
+                return x
+            return x, _apply(self.target_transform, self.y[i].clone())
+        idx = self._index_tensor(index)
+        x = _gather(self.x, idx, self.transform, self._pin_batches())
+        if self.y is None:
+            return x
+        return x, _gather(self.y, idx, self.target_transform, self._pin_batches())
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """Return the samples at ``indices`` as a list, gathered with one ``index_select``."""
+        idx = self._index_tensor(indices)
+        xs = _split(self.x, idx, self.transform)
+        if self.y is None:
+            return list(xs)
+        return list(zip(xs, _split(self.y, idx, self.target_transform), strict=True))
+
+    def _index_tensor(self, indices: Any) -> torch.Tensor:
+        idx = torch.from_numpy(as_index_array(indices, len(self)))
+        return idx if self.x.device.type == "cpu" else idx.to(self.x.device)
+
+    def _pin_batches(self) -> bool:
+        # Pinned batches help only the process that copies to the GPU; a DataLoader worker's
+        # batches are pinned by DataLoader(pin_memory=True) in the main process instead.
+        return self.is_pinned and get_worker_info() is None
+
+    def close(self) -> None:
+        """Do nothing: the file was closed after the preload (kept for API parity)."""
+
+    def __enter__(self) -> RankMemCachedH5Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- pickling (DataLoader workers) ---------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.x.device.type != "cpu":
+            raise RuntimeError(
+                f"rank {self.world.rank}'s cache lives on {self.x.device}: serve it from this "
+                "process (num_workers=0: batches are gathered on the device, no workers "
+                "needed); DataLoader workers cannot share it"
+            )
+        if not self.is_shared:
+            # torch moves a tensor into /dev/shm when it is sent to a spawn/forkserver worker:
+            # fail clearly here rather than with SIGBUS there
+            _memory.check_shm_fits(
+                _memory.unshared_nbytes(self._caches()),
+                f"rank {self.world.rank}'s cache (share_memory=False), which torch moves into "
+                "shared memory to send it to another process (e.g. a spawn or forkserver "
+                "DataLoader worker),",
+            )
+        state = self.__dict__.copy()
+        state.update(log_fn=_no_log, is_pinned=False)  # a copy is not registered with CUDA
+        return state
+
+    def __repr__(self) -> str:
+        parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {self._describe[0]}"]
+        if self.y_key is not None:
+            parts.append(f"y_key={self.y_key!r} {self._describe[1]}")
+        parts += [
+            f"mode={self.mode!r}",
+            f"rank={self.world.rank}/{self.world.world_size}",
+            f"{self._rows_text()}",
+            f"len={len(self)}",
+            f"equal_steps={self.equal_steps!r} ({self.samples_per_rank}/rank)",
+            f"{_memory.format_bytes(self.nbytes)}",
+            "shared" if self.is_shared else "not shared",
+            "pinned" if self.is_pinned else "not pinned",
+        ]
+        if self.x.device.type != "cpu":
+            parts.append(f"on {self.x.device}")
+        return f"RankMemCachedH5Dataset({', '.join(parts)})"
+
+
+def _check_options(callables: dict[str, Any], flags: dict[str, Any]) -> None:
+    for name, fn in callables.items():
+        _check_callable(name, fn)
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+
+
+def _apply(fn: Callable[[Any], Any] | None, sample: torch.Tensor) -> Any:
+    return sample if fn is None else fn(sample)
+
+
+def _gather(
+    cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None, pinned: bool
+) -> Any:
+    if fn is not None:
+        return torch.stack([fn(row) for row in torch.index_select(cache, 0, idx).unbind(0)])
+    if not pinned:
+        return torch.index_select(cache, 0, idx)
+    out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, pin_memory=True)
+    return torch.index_select(cache, 0, idx, out=out)
+
+
+def _split(
+    cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None
+) -> Sequence[Any]:
+    rows = torch.index_select(cache, 0, idx).unbind(0)  # one gather, then views of its rows
+    return rows if fn is None else [fn(row) for row in rows]
+
+
+def _no_log(message: str) -> None:
+    """Stand-in ``log_fn`` in copies sent to workers (a user's ``log_fn`` may not pickle)."""
