@@ -171,10 +171,14 @@ def test_deal_batches_keeps_batches_whole(n, batch, workers):
     chunks = [dealt[i : i + batch].tolist() for i in range(0, n, batch)]
     assert all(c == list(range(c[0], c[0] + len(c))) for c in chunks)  # whole batches
     assert dealt[full * batch :].tolist() == order[full * batch :].tolist()  # tail stays last
-    if full >= workers:
-        starts = [c[0] // batch for c in chunks[:full]]
-        runs = [s * workers // full for s in starts]
-        assert runs[:workers] == list(range(workers))  # round robin over the runs
+    if full < 2:
+        return
+    runs = {w: [chunks[i][0] // batch for i in range(w, full, workers)] for w in range(workers)}
+    for natural in runs.values():  # every worker reads one contiguous run, in order
+        assert natural == list(range(natural[0], natural[0] + len(natural))) if natural else True
+    tail_worker = full % workers
+    if runs[tail_worker]:
+        assert runs[tail_worker][-1] == full - 1  # the tail's worker owns the batches before it
 
 
 def test_reads_block_size_from_the_dataset(make_h5):

@@ -29,20 +29,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..distributed import World
-from ._validate import check_choice, check_non_negative_int, check_positive_int
-from .samplers import EvenMode, _EpochSampler, _fit_length
+from ._validate import check_non_negative_int, check_positive_int
+from .samplers import DistributedEpochSampler, EvenMode, _fit_length
 
 __all__ = ["ChunkShuffleSampler"]
 
 _LOG = logging.getLogger(__name__)
 MIN_WINDOW_CHUNKS = 8
 MAX_WINDOW_CHUNKS = 64
-_EVEN_MODES: tuple[EvenMode, ...] = ("pad", "drop")
 _BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning
 
 
-class ChunkShuffleSampler(_EpochSampler):
+class ChunkShuffleSampler(DistributedEpochSampler):
     """Chunk-aware shuffle: block order shuffled, then samples shuffled within block windows.
 
     Args:
@@ -75,7 +73,7 @@ class ChunkShuffleSampler(_EpochSampler):
         ...     sampler.set_epoch(epoch)
     """
 
-    _state_sizes = (
+    _state_sizes: tuple[str, ...] = (
         "data_len",
         "block_size",
         "window_chunks",
@@ -100,19 +98,20 @@ class ChunkShuffleSampler(_EpochSampler):
         num_workers: int = 0,
         size_cache: bool = True,
     ) -> None:
-        super().__init__(seed, shuffle)
-        self.data_len = _length(dataset)
+        super().__init__(
+            _length(dataset),
+            seed=seed,
+            shuffle=shuffle,
+            rank=rank,
+            world_size=world_size,
+            even=even,
+        )
         self.block_size = _block_size(dataset, block_size)
         self.window_chunks = (
             _default_window(dataset, self.block_size)
             if window_chunks is None
             else check_positive_int("window_chunks", window_chunks)
         )
-        world = World.detect(rank=rank, world_size=world_size)
-        self.rank, self.world_size = world.rank, world.world_size
-        self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
-        per_rank, rem = divmod(self.data_len, self.world_size)
-        self._per_rank = per_rank + (1 if even == "pad" and rem else 0)
         self.batch_size = (
             None if batch_size is None else check_positive_int("batch_size", batch_size)
         )
@@ -132,21 +131,6 @@ class ChunkShuffleSampler(_EpochSampler):
         """Blocks in the whole dataset (the last one may be short)."""
         return -(-self.data_len // self.block_size)
 
-    @property
-    def total_size(self) -> int:
-        """Indices yielded per epoch across all ranks."""
-        return self._per_rank * self.world_size
-
-    @property
-    def num_padded(self) -> int:
-        """Repeated samples per epoch across all ranks (``even="pad"``)."""
-        return max(0, self.total_size - self.data_len)
-
-    @property
-    def num_dropped(self) -> int:
-        """Samples left out per epoch across all ranks (``even="drop"``)."""
-        return max(0, self.data_len - self.total_size)
-
     def _order(self) -> npt.NDArray[np.int64]:
         blocks = np.arange(self.num_blocks, dtype=np.int64)
         if self.shuffle:
@@ -164,9 +148,6 @@ class ChunkShuffleSampler(_EpochSampler):
         # stream 0: the block order shared by all ranks; 1 + rank: that rank's window shuffle
         mask = 0xFFFFFFFFFFFFFFFF
         return np.random.default_rng([self.seed & mask, self.epoch & mask, stream, 0x43485346])
-
-    def __len__(self) -> int:
-        return self._per_rank
 
     def __repr__(self) -> str:
         return (
@@ -199,17 +180,22 @@ def window_shuffle(
 
 
 def deal_batches(order: npt.NDArray[np.int64], batch: int, workers: int) -> npt.NDArray[np.int64]:
-    """Reorder whole batches so batch ``i`` comes from run ``i % workers`` of ``order``.
+    """Reorder whole batches so that batch ``i`` comes from worker ``i % workers``'s own run.
 
-    ``order``'s full batches are cut into ``workers`` contiguous runs (longer runs first) and
-    dealt round robin; a last, partial batch stays last so batch boundaries do not move.
+    ``order``'s full batches are cut into one contiguous run per worker and dealt round robin.
+    A last, partial batch stays last (batch boundaries must not move); it goes to worker
+    ``full % workers``, so that worker's run is placed at the end, next to it.
     """
     full = len(order) // batch
     if full < 2 or workers < 2:
         return order
-    run = np.arange(full) * workers // full
-    first_of_run = np.searchsorted(run, run, side="left")
-    key = (np.arange(full) - first_of_run) * workers + run
+    rounds, extra = divmod(full, workers)
+    sizes = rounds + (np.arange(workers) < extra)
+    layout = np.array([w for w in range(workers) if w != extra] + [extra])
+    owner = np.repeat(layout, sizes[layout])  # natural batch j -> worker
+    first = np.empty(workers, dtype=np.int64)
+    first[layout] = np.cumsum(sizes[layout]) - sizes[layout]
+    key = (np.arange(full) - first[owner]) * workers + owner
     dealt = order[: full * batch].reshape(full, batch)[np.argsort(key)]
     return np.concatenate([dealt.ravel(), order[full * batch :]])
 
