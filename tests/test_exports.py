@@ -61,3 +61,11 @@ def test_seed_signature_of_h5_lazy_dataset():
     for key, default in expected.items():
         assert params[key].default == default
     assert list(inspect.signature(h5_worker_init_fn).parameters) == ["_worker_id"]
+
+
+def test_handler_is_reexported_from_the_package():
+    import nn_handler
+    from nn_handler import handler
+
+    for n in handler.__all__:
+        assert getattr(nn_handler, n) is getattr(handler, n)

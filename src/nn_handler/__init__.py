@@ -4,10 +4,11 @@ from importlib import metadata as _metadata
 
 from . import dataloaders
 from .distributed import World
+from .handler import NNHandler
 
 try:
     __version__ = _metadata.version("nn-handler")
 except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["World", "__version__", "dataloaders"]
+__all__ = ["NNHandler", "World", "__version__", "dataloaders"]
