@@ -149,7 +149,7 @@ class RowReader:
         return out
 
     def clear_cache(self) -> None:
-        """Drop this process's decoded chunks (``decode`` strategy; a no-op otherwise)."""
+        """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
         if self._blocks is not None:
             self._blocks.cache.clear()
 
