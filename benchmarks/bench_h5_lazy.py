@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, os.path.dirname(__file__))
+from nn_handler.bench import NaiveH5Dataset
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
 
 from _common import (
@@ -43,31 +44,6 @@ from _common import (
 )
 
 BATCH = 256
-
-
-class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """What a user writes first: lazy open, keep the dataset objects, one h5py call per sample."""
-
-    def __init__(self, path: str, x_key: str, y_key: str) -> None:
-        self.path, self.x_key, self.y_key = path, x_key, y_key
-        with h5py.File(path, "r") as f:
-            self.n = len(f[x_key])
-        self._x: Any = None
-        self._y: Any = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._x is None:
-            f = h5py.File(self.path, "r")
-            self._x, self._y = f[self.x_key], f[self.y_key]
-        return torch.from_numpy(self._x[i]), torch.as_tensor(self._y[i])
-
-    def close(self) -> None:
-        if self._x is not None:
-            self._x.file.close()
-            self._x = self._y = None
 
 
 class InRamDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):

@@ -166,7 +166,7 @@ def test_repr_close_and_context_manager(path):
         assert not ds.is_open  # construction leaves no handle behind
         ds[0]
         text = repr(ds)
-        assert "x_key='x' (37, 3, 4) float32->float16 [slabs]" in text
+        assert "x_key='x' (37, 3, 4) float32->float16 [decode]" in text
         assert "y_key='y' (37,) int64 [memmap]" in text
         assert f"path={str(path)!r}" in text and "len=37" in text and text.endswith("open)")
     assert not ds.is_open

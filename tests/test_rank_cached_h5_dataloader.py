@@ -82,6 +82,7 @@ def test_seed_signature():
         "world_size": None,
         "locking": "best-effort",
         "equal_steps": "pad",
+        "cache_device": None,
     }
 
 
@@ -412,3 +413,44 @@ def test_pinned_cache_and_batches(path):
     xb, yb = ds[[3, 1]]
     assert xb.is_pinned() and yb.is_pinned()
     np.testing.assert_array_equal(xb.cuda(non_blocking=True).cpu().numpy(), images(N)[[3, 1]])
+
+
+def test_cache_device_moves_the_cache_and_gathers_there(path):
+    """``meta`` is a real non-CPU device without hardware: the plumbing is tested for real."""
+    lines = []
+    ds = build(path, "x", "y", cache_device="meta", log_fn=lines.append)
+    assert ds.x.device.type == "meta" and ds.y.device.type == "meta"
+    assert not ds.is_pinned
+    assert "cache moved to meta" in lines[-1]
+    xb, yb = ds[[3, 1, 3]]
+    assert xb.device.type == "meta" and xb.shape == (3, 3, 4) and yb.shape == (3,)
+    assert ds[2][0].device.type == "meta"
+    assert "on meta" in repr(ds)
+    with pytest.raises(RuntimeError, match="cache lives on meta: serve it from this process"):
+        pickle.dumps(ds)
+    cpu = build(path, "x", "y", cache_device="cpu")
+    np.testing.assert_array_equal(cpu[[3, 1]][0].numpy(), images(N)[[3, 1]])
+
+
+def test_cache_device_errors(path, monkeypatch):
+    with pytest.raises(ValueError, match="cache_device must be a torch device or its name"):
+        build(path, "x", cache_device="gpu0")
+    with pytest.raises(ValueError, match="share_memory=True shares a host cache"):
+        build(path, "x", cache_device="meta", share_memory=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="cache_device='cuda' but CUDA is not available"):
+        build(path, "x", cache_device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cache_on_the_gpu(path):
+    ds = build(path, "x", "y", cache_device="cuda")
+    assert ds.x.is_cuda and ds.y.is_cuda
+    xb, yb = ds[[3, 1, 3]]
+    assert xb.is_cuda and yb.is_cuda
+    np.testing.assert_array_equal(xb.cpu().numpy(), images(N)[[3, 1, 3]])
+    np.testing.assert_array_equal(yb.cpu().numpy(), h5_rows(path, "y", [3, 1, 3]))
+    loader = batched_loader(ds, 8, sampler=ds.make_sampler(seed=1))
+    seen = torch.cat([y for _, y in loader]).cpu().numpy()
+    assert sorted(seen.tolist()) == sorted(h5_rows(path, "y").tolist())

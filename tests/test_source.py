@@ -156,3 +156,39 @@ def test_repr(path):
     assert repr(src).endswith("closed)")
     src.file
     assert repr(src) == f"H5Source({str(path)!r}, open)"
+
+
+def test_dataset_without_hdf5_chunk_cache(make_h5):
+    path = make_h5({"train/images": (images(10), "gzip")})
+    source = H5Source(path, FileOptions(rdcc_nbytes=10**6))
+    plain = source.dataset("train/images")
+    assert plain.id.get_access_plist().get_chunk_cache()[1] == 10**6
+    source.close()
+    uncached = source.dataset("train/images", chunk_cache=False)
+    assert uncached.id.get_access_plist().get_chunk_cache()[1] == 0
+    assert source.dataset("train/images", chunk_cache=False) is uncached  # kept per process
+    np.testing.assert_array_equal(uncached[3], images(10)[3])
+    with pytest.raises(KeyError, match="'nope' not found"):
+        source.dataset("nope", chunk_cache=False)
+
+
+def test_filter_plugins_load_before_the_first_open(tmp_path):
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    import subprocess
+    import sys
+
+    path = tmp_path / "zstd.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=images(20), chunks=(4, 3, 4), **hdf5plugin.Zstd())
+    script = (
+        "import sys\n"
+        "from nn_handler.dataloaders import H5LazyDataset\n"
+        "assert 'hdf5plugin' not in sys.modules\n"
+        f"ds = H5LazyDataset({str(path)!r}, 'x')\n"
+        "print(float(ds[[7]][0, 0, 0]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "7.0"

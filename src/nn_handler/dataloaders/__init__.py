@@ -4,10 +4,13 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
+from ._threads import decode_threads, set_decode_threads
+from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
 from .loader import EpochBatchSampler, batched_loader
+from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
     DistributedEpochSampler,
@@ -18,7 +21,9 @@ from .samplers import (
 )
 
 __all__ = [
+    "ChunkShuffleSampler",
     "CombinedHDF5Dataset",
+    "DevicePrefetcher",
     "DistributedEpochSampler",
     "EpochBatchSampler",
     "EpochShuffleSampler",
@@ -29,7 +34,9 @@ __all__ = [
     "_interleaved_indices",
     "batched_loader",
     "create_optimized_dataloader",
+    "decode_threads",
     "epoch_permutation",
     "h5_worker_init_fn",
     "pad_collate",
+    "set_decode_threads",
 ]

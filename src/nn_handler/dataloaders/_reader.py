@@ -5,9 +5,15 @@ The strategy is picked once, from the dataset's layout:
 * ``memmap``: contiguous and unfiltered data, or chunked unfiltered data whose chunks hold whole
   rows. Rows are gathered straight from a read-only memory map of the file at the byte offsets
   HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
-* ``slabs``: everything else. Sorted, unique rows are grouped into slabs of whole chunks (or
-  runs of nearby rows for unchunked data); each slab is read with one h5py call, so each chunk
-  is decoded once per batch; rows are then put back into request order.
+* ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
+  Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
+  outside the HDF5 lock (``_blocks``, ``_decode``); decoded chunks are kept in an LRU bounded by
+  ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
+* ``chunks``: other chunked data (lzf, blosc, zstd, … or unfiltered chunks that split rows):
+  h5py decodes each needed block of chunks in one call, kept in the same LRU.
+* ``slabs``: everything else (compact, virtual, external, variable-length data, file objects
+  without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
+  one h5py call; rows are then put back into request order.
 
 The memory map is checked against h5py on the first and last row before it is trusted.
 """
@@ -21,6 +27,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ._blocks import ChunkBlocks
+from ._decode import codec_for
 from ._indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from ._source import H5Source
 
@@ -63,11 +71,16 @@ class RowReader:
         self._view_pid = -1
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
+        self._blocks = None if self._mapped is not None else _block_reader(dset, source)
 
     @property
     def strategy(self) -> str:
-        """``"memmap"`` or ``"slabs"``: how batches are read (fixed at construction)."""
-        return "memmap" if self._mapped is not None else "slabs"
+        """``"memmap"``, ``"decode"``, ``"chunks"`` or ``"slabs"`` (fixed when built)."""
+        if self._mapped is not None:
+            return "memmap"
+        if self._blocks is None:
+            return "slabs"
+        return "decode" if self._blocks.codec is not None else "chunks"
 
     @property
     def nbytes(self) -> int:
@@ -95,6 +108,8 @@ class RowReader:
             out[...] = rows
             return out
         out = self._output(len(idx), out)
+        if self._blocks is not None and idx.size:
+            return self._blocks.read(self._dataset(), idx, out)
         if idx.size == 0 or _is_strictly_increasing(idx):
             return self._read_sorted(idx, out)
         uniq, inverse = np.unique(idx, return_inverse=True)
@@ -107,7 +122,9 @@ class RowReader:
         i = normalize_index(index, self.length)
         if self._mapped is not None:
             return self._gather_mapped(np.array([i], dtype=np.int64)).reshape(self.row_shape)
-        row = self.source.dataset(self.key)[i]
+        if self._blocks is not None:
+            return self.read(np.array([i], dtype=np.int64)).reshape(self.row_shape)
+        row = self._dataset()[i]
         return np.array(row, dtype=self.dtype, copy=True)
 
     def read_range(
@@ -122,12 +139,37 @@ class RowReader:
         if stop == start:
             return out
         if self._mapped is not None:
-            out[...] = self._gather_mapped(np.arange(start, stop, dtype=np.int64))
+            self._copy_mapped_range(start, stop, out)
+        elif self._blocks is not None:
+            self._blocks.read_range(self._dataset(), start, stop, out)
         elif self.dtype.hasobject:
-            out[...] = self.source.dataset(self.key)[start:stop]
+            out[...] = self._dataset()[start:stop]
         else:
-            self.source.dataset(self.key).read_direct(out, np.s_[start:stop])
+            self._dataset().read_direct(out, np.s_[start:stop])
         return out
+
+    def clear_cache(self) -> None:
+        """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
+        if self._blocks is not None:
+            self._blocks.cache.clear()
+
+    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+        """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
+
+        A row block is ``block_rows`` rows starting at a multiple of ``block_rows`` (what a
+        chunk-aware sampler shuffles). Zero when reads need no chunk cache (``memmap``, or data
+        that is not chunked).
+        """
+        if self.chunk_rows is None or self._mapped is not None:
+            return 0
+        chunk = self.chunk_rows
+        if block_rows % chunk == 0:
+            per_block = block_rows // chunk
+        elif chunk % block_rows == 0:
+            per_block = 1
+        else:  # blocks straddle chunk boundaries
+            per_block = -(-(block_rows - 1) // chunk) + 1
+        return blocks * per_block * chunk * self.row_nbytes
 
     def _output(self, n: int, out: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
         shape = (n, *self.row_shape)
@@ -147,6 +189,19 @@ class RowReader:
         raw: np.ndarray[Any, Any] = self._mapped_view()[offsets]
         return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
 
+    def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
+        # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
+        assert self._mapped is not None
+        rows_per_chunk, chunk_offsets = self._mapped
+        raw = self._mapped_view().base
+        assert isinstance(raw, np.ndarray)
+        for chunk in range(start // rows_per_chunk, (stop - 1) // rows_per_chunk + 1):
+            first = chunk * rows_per_chunk
+            lo, hi = max(start, first), min(stop, first + rows_per_chunk)
+            begin = int(chunk_offsets[chunk]) + (lo - first) * self.row_nbytes
+            span = raw[begin : begin + (hi - lo) * self.row_nbytes]
+            out[lo - start : hi - start] = span.view(self.dtype).reshape(hi - lo, *self.row_shape)
+
     def _mapped_view(self) -> np.ndarray[Any, Any]:
         # One byte-strided view of the whole file whose element k is the row-sized record at
         # byte k: gathering any set of row offsets is then a single fancy-index call.
@@ -162,8 +217,12 @@ class RowReader:
             self._view_pid = os.getpid()
         return self._view
 
+    def _dataset(self) -> h5py.Dataset:
+        # block readers keep decoded chunks themselves: HDF5's cache would double the memory
+        return self.source.dataset(self.key, chunk_cache=self._blocks is None)
+
     def _read_sorted(self, rows: IndexArray, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        dset = self.source.dataset(self.key)
+        dset = self._dataset()
         block = self.chunk_rows or 1
         row_bytes = max(self.row_nbytes, 1)
         gap = 0 if self.chunk_rows else _GAP_BYTES // row_bytes
@@ -205,6 +264,17 @@ class RowReader:
             f"RowReader({self.source.path!r}, key={self.key!r}, shape={shape}, "
             f"dtype={self.dtype}, strategy={self.strategy!r})"
         )
+
+
+def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
+    """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
+    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
+        return None
+    if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
+        return None
+    chunks = tuple(int(c) for c in dset.chunks)
+    shape = tuple(int(s) for s in dset.shape)
+    return ChunkBlocks(source, shape, dset.dtype, chunks, codec_for(dset))
 
 
 def _is_strictly_increasing(idx: IndexArray) -> bool:

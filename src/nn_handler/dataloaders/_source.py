@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import threading
 import warnings
@@ -30,6 +31,7 @@ _LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
 _SWMR_WARNED: set[str] = set()
 _SWMR_LOCK = threading.Lock()
+_PLUGINS = {"loaded": False}
 
 
 @dataclass(frozen=True)
@@ -117,17 +119,23 @@ class H5Source:
                 _OPEN_SOURCES.add(self)
             return self._file
 
-    def dataset(self, key: str, *, arg: str = "key") -> h5py.Dataset:
+    def dataset(self, key: str, *, arg: str = "key", chunk_cache: bool = True) -> h5py.Dataset:
         """Return the dataset at ``key`` (cached per process; nested paths allowed).
+
+        ``chunk_cache=False`` opens it with HDF5's chunk cache off, for readers that keep
+        decoded chunks themselves (HDF5 shares one cache between all opens of a dataset, so a
+        key is read through one of the two kinds only).
 
         Raises:
             KeyError: ``key`` is missing; the message lists the datasets the file has.
             TypeError: ``key`` names a group, not a dataset.
         """
         handle = self.file
-        cached = self._datasets.get(key)
+        cached = self._datasets.get(key if chunk_cache else f"{key}\0nocache")
         if cached is not None:
             return cached
+        if not chunk_cache:
+            return self._open_uncached(key, arg)
         obj = handle.get(key)
         if obj is None:
             raise KeyError(
@@ -142,9 +150,24 @@ class H5Source:
         self._datasets[key] = obj
         return obj
 
+    def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
+        self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
+        self._datasets.pop(key)
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(self.options.rdcc_nslots, 0, self.options.rdcc_w0)
+        dset = h5py.Dataset(h5py.h5d.open(self.file.id, key.encode(), dapl))
+        self._datasets[f"{key}\0nocache"] = dset
+        return dset
+
     def close(self) -> None:
         """Close this process's handle (a later read reopens it)."""
         with self._lock:
+            self._forget()
+
+    def set_options(self, options: FileOptions) -> None:
+        """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""
+        with self._lock:
+            self.options = options
             self._forget()
 
     def forget_if_inherited(self) -> None:
@@ -164,6 +187,7 @@ class H5Source:
                 handle.close()
 
     def _open(self) -> h5py.File:
+        _load_filter_plugins()
         target: Any = self._fileobj if self._fileobj is not None else self.path
         opts = self.options
         kwargs: dict[str, Any] = {
@@ -217,6 +241,15 @@ def close_inherited_sources() -> int:
             source.forget_if_inherited()
             count += 1
     return count
+
+
+def _load_filter_plugins() -> None:
+    """Import ``hdf5plugin`` once if installed: it registers blosc, zstd, lz4, … with HDF5."""
+    if _PLUGINS["loaded"]:
+        return
+    _PLUGINS["loaded"] = True
+    with contextlib.suppress(ImportError, OSError):
+        importlib.import_module("hdf5plugin")
 
 
 def _check_is_hdf5(path: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["check_tensor_dtype", "to_tensor"]
+__all__ = ["check_device", "check_tensor_dtype", "to_tensor"]
 
 _TORCH_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
@@ -41,3 +41,19 @@ def to_tensor(arr: np.ndarray[Any, Any], dtype: np.dtype[Any] | None = None) -> 
     if not arr.flags.writeable:
         arr = arr.copy()
     return torch.from_numpy(arr)
+
+
+def check_device(name: str, value: Any) -> torch.device:
+    """Return ``value`` as a ``torch.device``; a CUDA device needs CUDA in this process.
+
+    Raises:
+        ValueError: ``value`` is not a device or a device name.
+        RuntimeError: ``value`` is a CUDA device and CUDA is not available.
+    """
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{name} must be a torch device or its name, got {value!r}") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{name}={value!r} but CUDA is not available in this process")
+    return device

@@ -8,6 +8,7 @@ data) or one read per needed chunk (compressed data), not 256 h5py calls.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -130,6 +131,51 @@ class H5LazyDataset(Dataset[Sample]):
     def is_open(self) -> bool:
         """True when this process holds an open file handle."""
         return self._source.is_open
+
+    @property
+    def chunk_cache_nbytes(self) -> int:
+        """Chunk-cache budget per key, in bytes (``rdcc_nbytes``)."""
+        return self._source.options.rdcc_nbytes
+
+    def set_chunk_cache(
+        self, nbytes: int, nslots: int | None = None, w0: float | None = None
+    ) -> None:
+        """Resize the chunk cache of every key: HDF5's and the decoded-chunk cache.
+
+        Takes effect in this process at once (the file is reopened on the next read) and in
+        DataLoader workers started afterwards. ``ChunkShuffleSampler`` calls this when its
+        shuffle window would not fit.
+
+        Args:
+            nbytes: Bytes per key (``rdcc_nbytes``).
+            nslots: Hash slots of HDF5's cache (unchanged when None).
+            w0: HDF5's preemption policy in ``[0, 1]`` (unchanged when None).
+
+        Raises:
+            TypeError / ValueError: a value is not valid for ``rdcc_nbytes`` / ``rdcc_nslots`` /
+                ``rdcc_w0``.
+        """
+        old = self._source.options
+        new = dataclasses.replace(
+            old,
+            rdcc_nbytes=nbytes,
+            rdcc_nslots=old.rdcc_nslots if nslots is None else nslots,
+            rdcc_w0=old.rdcc_w0 if w0 is None else w0,
+        )
+        self._source.set_options(new)
+        for reader in self._readers():
+            reader.clear_cache()
+
+    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+        """Chunk-cache bytes per key that keep ``blocks`` row blocks of ``block_rows`` decoded.
+
+        Used by ``ChunkShuffleSampler`` to size the cache for its shuffle window. Zero when no
+        key needs a chunk cache (contiguous or memory-mapped data).
+        """
+        return max(reader.window_cache_nbytes(block_rows, blocks) for reader in self._readers())
+
+    def _readers(self) -> list[RowReader]:
+        return [self._x] if self._y is None else [self._x, self._y]
 
     def __len__(self) -> int:
         return self._x.length

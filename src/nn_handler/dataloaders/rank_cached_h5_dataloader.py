@@ -29,6 +29,7 @@ from . import _memory
 from ._indices import as_index_array, normalize_index
 from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from ._source import FileOptions, H5Source, LockingMode
+from ._tensors import check_device
 from ._validate import check_choice, numpy_dtype
 from .h5_dataloader import _check_callable, _check_key, _is_scalar_index
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
@@ -92,6 +93,10 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             when None, 1 when nothing is found.
         locking: h5py file locking (``"best-effort"`` works on NFS/Lustre).
         equal_steps: ``"pad"``, ``"drop"`` or None: see above.
+        cache_device: Keep the cache on this device (e.g. ``"cuda"``) after the preload, so
+            batches are gathered there (one ``index_select`` on the device, no host copy).
+            Serve it from the main process (``num_workers=0``); incompatible with
+            ``share_memory``. None (default) keeps it in host RAM.
 
     Raises:
         FileNotFoundError / OSError: the file is missing or not HDF5.
@@ -134,7 +139,15 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         world_size: int | None = None,
         locking: LockingMode = "best-effort",
         equal_steps: EqualSteps = "pad",
+        cache_device: str | torch.device | None = None,
     ) -> None:
+        device = None if cache_device is None else check_device("cache_device", cache_device)
+        if device is not None and device.type != "cpu" and share_memory:
+            raise ValueError(
+                f"share_memory=True shares a host cache with DataLoader workers, but "
+                f"cache_device={cache_device!r} keeps it on the device, served by this process; "
+                "pass one of them"
+            )
         self.mode: ShardMode = check_choice("mode", mode, _MODES)
         self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, _EQUAL_STEPS)
         _check_key("x_key", x_key, optional=False)
@@ -166,7 +179,9 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.x_key, self.y_key = x_key, y_key
         self._describe = [plan.describe() for plan in plans]
         self.is_shared = share_memory
-        self.is_pinned = pin_host_memory and self._pin()
+        if device is not None and device.type != "cpu":
+            self._move_to(device)
+        self.is_pinned = pin_host_memory and self.x.device.type == "cpu" and self._pin()
 
     # -- construction ------------------------------------------------------------------------
 
@@ -214,6 +229,19 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         if len(self.rows) == 0:
             self.log_fn(f"RankMemCachedH5Dataset: {where} has an empty shard (length 0)")
         return caches
+
+    def _move_to(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            if self.nbytes > free:
+                raise MemoryError(
+                    f"rank {self.world.rank}'s cache needs {_memory.format_bytes(self.nbytes)} "
+                    f"on {device} but {_memory.format_bytes(free)} is free; pass "
+                    "cache_device=None to keep it in host RAM, or use more ranks"
+                )
+        self.x = self.x.to(device)
+        self.y = None if self.y is None else self.y.to(device)
+        self.log_fn(f"RankMemCachedH5Dataset: rank {self.world.rank}'s cache moved to {device}")
 
     def _pin(self) -> bool:
         # pin every cache even if one fails (no short-circuit), then report whether all are
@@ -293,7 +321,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         return list(zip(xs, _split(self.y, idx, self.target_transform), strict=True))
 
     def _index_tensor(self, indices: Any) -> torch.Tensor:
-        return torch.from_numpy(as_index_array(indices, len(self)))
+        idx = torch.from_numpy(as_index_array(indices, len(self)))
+        return idx if self.x.device.type == "cpu" else idx.to(self.x.device)
 
     def _pin_batches(self) -> bool:
         # Pinned batches help only the process that copies to the GPU; a DataLoader worker's
@@ -312,6 +341,12 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     # -- pickling (DataLoader workers) ---------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
+        if self.x.device.type != "cpu":
+            raise RuntimeError(
+                f"rank {self.world.rank}'s cache lives on {self.x.device}: serve it from this "
+                "process (num_workers=0: batches are gathered on the device, no workers "
+                "needed); DataLoader workers cannot share it"
+            )
         if not self.is_shared:
             # torch moves a tensor into /dev/shm when it is sent to a spawn/forkserver worker:
             # fail clearly here rather than with SIGBUS there
@@ -339,6 +374,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             "shared" if self.is_shared else "not shared",
             "pinned" if self.is_pinned else "not pinned",
         ]
+        if self.x.device.type != "cpu":
+            parts.append(f"on {self.x.device}")
         return f"RankMemCachedH5Dataset({', '.join(parts)})"
 
 

@@ -240,7 +240,7 @@ class DistributedEpochSampler(_EpochSampler):
             ``"drop"`` (no repeats; ``num_dropped`` samples skipped per epoch).
     """
 
-    _state_sizes = ("data_len", "rank", "world_size")
+    _state_sizes: tuple[str, ...] = ("data_len", "rank", "world_size")
 
     def __init__(
         self,

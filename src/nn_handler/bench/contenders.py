@@ -1,0 +1,291 @@
+"""The loaders the suite times, each a function ``(Case) -> list[Result]`` (empty: skipped).
+
+Baseline: ``NaiveH5Dataset``, the best simple thing a user writes (lazy open, keeps its
+``h5py.Dataset``, one h5py call per sample) through ``DataLoader(batch_size, shuffle=True)``.
+Limits, measured on the same file in the same run: an in-RAM NumPy gather of the same random
+batches (uncompressed layouts), and whole-chunk sequential h5py reads with one process per core
+(compressed layouts). Sequential reads and the rank cache's preload are best of ``ROUNDS``.
+Adding a contender is one function appended to ``CONTENDERS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..dataloaders import (
+    ChunkShuffleSampler,
+    EpochShuffleSampler,
+    H5LazyDataset,
+    RankMemCachedH5Dataset,
+    batched_loader,
+)
+from ..dataloaders._reader import RowReader
+from ..dataloaders._source import FileOptions, H5Source
+from .timing import Result, batch_len, shuffled_batches, timed_call, timed_pass
+
+__all__ = [
+    "CONTENDERS",
+    "H5PY_LOAD",
+    "LIMIT",
+    "NAIVE",
+    "PRELOAD",
+    "Case",
+    "NaiveH5Dataset",
+    "sequential_reads",
+]
+
+NAIVE = "naive per-sample h5py"
+LIMIT = "limit"
+PRELOAD = "RankMemCachedH5Dataset preload"
+H5PY_LOAD = "h5py load into RAM (f[key][()])"
+X_KEY, Y_KEY = "central", "0/labels"
+_SLAB_CHUNKS = 16  # chunks per sequential read call
+ROUNDS = 2  # sequential reads: best of this many alternating rounds
+
+
+@dataclass
+class Case:
+    """One layout's file and what every contender needs to read it."""
+
+    path: str
+    layout: str
+    images: np.ndarray[Any, Any]
+    labels: np.ndarray[Any, Any]
+    batch_size: int
+    budget_s: float
+    compressed: bool
+    chunk_rows: int | None
+
+    @property
+    def sample_bytes(self) -> int:
+        """Bytes of one decoded sample."""
+        return int(self.images[0].nbytes)
+
+
+class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """What a user writes first: lazy open, keep the dataset objects, one h5py call per sample."""
+
+    def __init__(self, path: str, x_key: str, y_key: str) -> None:
+        self.path, self.x_key, self.y_key = path, x_key, y_key
+        with h5py.File(path, "r") as f:
+            self.n = len(f[x_key])
+        self._x: Any = None
+        self._y: Any = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._x is None:
+            f = h5py.File(self.path, "r")
+            self._x, self._y = f[self.x_key], f[self.y_key]
+        return torch.from_numpy(self._x[i]), torch.as_tensor(self._y[i])
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._x is not None:
+            self._x.file.close()
+            self._x = self._y = None
+
+
+def _shuffled_loader(ds: Dataset[Any], batch_size: int) -> DataLoader[Any]:
+    gen = torch.Generator().manual_seed(0)
+    return DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=0, generator=gen)
+
+
+def naive(case: Case) -> list[Result]:
+    """The baseline: per-sample h5py reads in a random order."""
+    ds = NaiveH5Dataset(case.path, X_KEY, Y_KEY)
+    loader = _shuffled_loader(ds, case.batch_size)
+    result = timed_pass(NAIVE, loader, case.sample_bytes, case.budget_s, batch_len)
+    ds.close()
+    return [result]
+
+
+def h5torch_random(case: Case) -> list[Result]:
+    """``h5torch.Dataset`` (when installed) in a random order."""
+    try:
+        h5torch: Any = importlib.import_module("h5torch")
+    except ImportError:
+        return []
+    ds = h5torch.Dataset(case.path)
+    loader = _shuffled_loader(ds, case.batch_size)
+    result = timed_pass("h5torch", loader, case.sample_bytes, case.budget_s, batch_len)
+    ds.close()
+    return [result]
+
+
+def lazy_epoch_shuffle(case: Case) -> list[Result]:
+    """``H5LazyDataset`` + ``batched_loader`` with a full shuffle (``EpochShuffleSampler``)."""
+    ds = H5LazyDataset(case.path, X_KEY, Y_KEY)
+    loader = batched_loader(ds, case.batch_size, sampler=EpochShuffleSampler(len(ds)))
+    name = "H5LazyDataset batched, EpochShuffleSampler"
+    result = timed_pass(name, loader, case.sample_bytes, case.budget_s, batch_len)
+    ds.close()
+    return [result]
+
+
+def lazy_chunk_shuffle(case: Case) -> list[Result]:
+    """``H5LazyDataset`` + ``batched_loader`` with ``ChunkShuffleSampler``."""
+    ds = H5LazyDataset(case.path, X_KEY, Y_KEY)
+    loader = batched_loader(ds, case.batch_size, sampler=ChunkShuffleSampler(ds))
+    name = "H5LazyDataset batched, ChunkShuffleSampler"
+    result = timed_pass(name, loader, case.sample_bytes, case.budget_s, batch_len)
+    ds.close()
+    return [result]
+
+
+def in_ram_limit(case: Case) -> list[Result]:
+    """Uncompressed layouts: NumPy gather of the same random batches from RAM."""
+    if case.compressed:
+        return []
+
+    def gather() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for b in shuffled_batches(len(case.images), case.batch_size):
+            yield torch.from_numpy(case.images[b]), torch.from_numpy(case.labels[b])
+
+    for _ in gather():  # untimed pass: the first touch of a fresh array runs ~2x slower
+        pass
+    return [
+        timed_pass(f"{LIMIT}: in-RAM gather", gather(), case.sample_bytes, case.budget_s, batch_len)
+    ]
+
+
+def process_limit(case: Case) -> list[Result]:
+    """Compressed layouts: whole-chunk sequential h5py reads, one process per core."""
+    if not case.compressed:
+        return []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = max(1, cores or 1)
+    n, rows = len(case.images), case.chunk_rows or 1
+    bounds = [(n * i // workers) // rows * rows for i in range(workers)] + [n]
+    parts = list(zip([case.path] * workers, bounds[:-1], bounds[1:], strict=True))
+    # a Pool starts every process up front; the warm-up imports h5py & co. in each
+    with get_context("forkserver").Pool(workers) as pool:
+        pool.starmap(_read_part, [(case.path, 0, 0)] * workers)
+        name = f"{LIMIT}: sequential chunks, {workers} processes"
+        return [timed_call(name, lambda: sum(pool.starmap(_read_part, parts)), case.sample_bytes)]
+
+
+def sequential_reads(case: Case) -> list[Result]:
+    """One process, file order: plain h5py slab reads against ``RowReader.read_range``.
+
+    ``read_range`` is what the rank cache's preload runs; on compressed data it decodes with
+    the thread pool. Best of ``ROUNDS`` alternating rounds (the two share the machine's noise).
+    """
+    n, rows = len(case.images), (case.chunk_rows or 64) * _SLAB_CHUNKS
+    strategy = _strategy(case.path)
+
+    def range_reads() -> int:
+        # opened per round: HDF5 shares one chunk cache between handles on the same dataset
+        source = H5Source(case.path, FileOptions())
+        reader = RowReader(source, X_KEY)
+        buf = np.empty((rows, *reader.row_shape), reader.dtype)
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            reader.read_range(start, stop, out=buf[: stop - start])
+        source.close()
+        return n
+
+    return _best_of(
+        [
+            ("sequential h5py, 1 process", lambda: _read_part(case.path, 0, n)),
+            (f"sequential read_range [{strategy}]", range_reads),
+        ],
+        case.sample_bytes,
+    )
+
+
+def rank_cached(case: Case) -> list[Result]:
+    """``RankMemCachedH5Dataset`` (rank 0 of 1): the preload, then random batches from RAM.
+
+    The preload's baseline is what a user writes to load the same bytes into RAM with h5py
+    (``f[key][()]`` for x and y, a fresh array each time, as the cache is).
+    """
+    loaded: list[RankMemCachedH5Dataset] = []
+
+    def h5py_load() -> int:
+        with h5py.File(case.path, "r") as f:
+            images, labels = f[X_KEY][()], f[Y_KEY][()]  # the cache holds both
+        return min(len(images), len(labels))
+
+    def preload() -> int:
+        loaded.clear()  # free the previous round's cache first, as h5py_load's array is
+        loaded.append(
+            RankMemCachedH5Dataset(
+                case.path,
+                X_KEY,
+                Y_KEY,
+                dtype_x=None,
+                pin_host_memory=False,
+                log_fn=_quiet,
+                rank=0,
+                world_size=1,
+            )
+        )
+        return len(loaded[0])
+
+    results = _best_of([(H5PY_LOAD, h5py_load), (PRELOAD, preload)], case.sample_bytes)
+    ds = loaded[0]
+    loader = batched_loader(ds, case.batch_size, sampler=ds.make_sampler())
+    name = "RankMemCachedH5Dataset batched, make_sampler"
+    results.append(timed_pass(name, loader, case.sample_bytes, case.budget_s, batch_len))
+    return results
+
+
+def _best_of(calls: list[tuple[str, Callable[[], int]]], sample_bytes: int) -> list[Result]:
+    best: dict[str, Result] = {}
+    for _ in range(ROUNDS):
+        for name, fn in calls:
+            result = timed_call(name, fn, sample_bytes)
+            if name not in best or result.rate > best[name].rate:
+                best[name] = result
+    return [best[name] for name, _ in calls]
+
+
+def _strategy(path: str) -> str:
+    source = H5Source(path, FileOptions())
+    strategy = RowReader(source, X_KEY).strategy
+    source.close()
+    return strategy
+
+
+def _quiet(message: str) -> None:
+    """A ``log_fn`` that drops the rank cache's log lines."""
+
+
+def _read_part(path: str, start: int, stop: int) -> int:
+    """Read rows ``[start, stop)`` of ``central`` in whole-chunk slabs with plain h5py."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("hdf5plugin")  # blosc / zstd layouts in a fresh process
+    with h5py.File(path, "r") as f:
+        dset = f[X_KEY]
+        slab = (dset.chunks[0] if dset.chunks else 64) * _SLAB_CHUNKS
+        buf = np.empty((slab, *dset.shape[1:]), dset.dtype)
+        for lo in range(start, stop, slab):
+            hi = min(lo + slab, stop)
+            dset.read_direct(buf, np.s_[lo:hi], np.s_[: hi - lo])
+    return stop - start
+
+
+CONTENDERS: list[Callable[[Case], list[Result]]] = [
+    naive,
+    h5torch_random,
+    lazy_epoch_shuffle,
+    lazy_chunk_shuffle,
+    in_ram_limit,
+    process_limit,
+    sequential_reads,
+    rank_cached,
+]
