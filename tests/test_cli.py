@@ -32,7 +32,7 @@ def test_script_is_installed():
 
 
 def test_help_everywhere():
-    for args in ([], ["inspect"], ["demo"]):
+    for args in ([], ["inspect"], ["demo"], ["bench"]):
         code, out, _ = run(*args, "--help")
         assert code == 0
         assert "usage: nn-handler" in out
@@ -126,3 +126,44 @@ def test_demo_bad_usage():
     code, _, err = run("demo", "--epochs", "0", "--samples", "small")
     assert code == 1
     assert err.strip() == "nn-handler demo: error: epochs must be >= 1, got 0"
+
+
+def test_bench_file_table_and_recommendation(path):
+    code, out, err = run("bench", path, "--x-key", "x", "--y-key", "y", "--seconds", "0.2")
+    assert code == 0, err
+    assert "| strategy | samples/s | MB/s | vs best |" in out
+    assert "| naive per-sample h5py (baseline) |" in out
+    assert "ChunkShuffleSampler" in out
+    assert "recommendation:" in out
+    assert "timing " in err  # progress goes to stderr, the table to stdout
+
+
+def test_bench_usage_and_errors(path):
+    code, _, err = run("bench")
+    assert code == 2
+    assert "give either FILE (with --x-key) or --synthetic" in err
+    code, _, err = run("bench", path)
+    assert code == 2
+    assert "--x-key is required with FILE" in err
+    code, _, err = run("bench", path, "--x-key", "images")
+    assert code == 1
+    assert "x_key='images' not found" in err
+    assert "'x', 'y'" in err
+
+
+@pytest.mark.slow
+def test_bench_synthetic_suite():
+    code, out, err = run(
+        "bench",
+        "--synthetic",
+        "--n",
+        "2000",
+        "--seconds",
+        "0.2",
+        "--layouts",
+        "contiguous",
+        timeout=300,
+    )
+    assert code == 0, err
+    assert "contiguous" in out
+    assert "naive per-sample h5py" in out

@@ -62,6 +62,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_inspect(sub, common)
     _add_demo(sub, common)
+    _add_bench(sub, common)
     return parser
 
 
@@ -180,6 +181,72 @@ def _demo_summary(s: Any, *, kept: bool) -> str:
             f"  data: {where}",
         ]
     )
+
+
+def _add_bench(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="time the loader strategies on your file (or the synthetic suite)",
+        description="Time every loader strategy on FILE for a bounded time each and recommend "
+        "one; with --synthetic, run the benchmark suite on generated data instead.",
+    )
+    p.add_argument("file", nargs="?", help="path of the HDF5 file")
+    p.add_argument("--x-key", help="dataset of the inputs (required with FILE)")
+    p.add_argument("--y-key", help="dataset of the targets (optional)")
+    p.add_argument("--seconds", type=float, default=3.0, help="budget per strategy (default 3)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--synthetic", action="store_true", help="run the benchmark suite")
+    p.add_argument("--n", type=int, default=50_000, help="--synthetic: samples per layout")
+    p.add_argument("--layouts", help="--synthetic: comma-separated layouts (default: all)")
+    p.set_defaults(handler=_run_bench, parser=p)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    if args.synthetic == bool(args.file):
+        args.parser.error("give either FILE (with --x-key) or --synthetic")
+    if args.synthetic:
+        from .bench import run_suite
+
+        layouts = args.layouts.split(",") if args.layouts else None
+        run_suite(args.n, args.seconds, layouts, args.batch_size)
+        return 0
+    if not args.x_key:
+        args.parser.error("--x-key is required with FILE")
+    from .bench import bench_file
+
+    report = bench_file(
+        args.file,
+        args.x_key,
+        args.y_key,
+        seconds=args.seconds,
+        batch_size=args.batch_size,
+        log_fn=lambda line: print(line, file=sys.stderr),
+    )
+    print(format_bench(report))
+    return 0
+
+
+def format_bench(report: Any) -> str:
+    """Render a ``bench_file`` report: a table with ratios to the best, then the advice."""
+    best = report.best.rate
+    lines = [
+        f"{report.path}: {report.x_key}"
+        + (f" + {report.y_key}" if report.y_key else "")
+        + f", {report.samples} samples of {_size(report.sample_bytes)}, reads: "
+        f"{report.strategy}" + (f", {report.chunk_rows} rows/chunk" if report.chunk_rows else ""),
+        "",
+        "| strategy | samples/s | MB/s | vs best |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in report.results:
+        lines.append(f"| {r.name} | {r.rate:,.0f} | {r.mb_per_s:,.1f} | {r.rate / best:.2f} |")
+    if report.preload_s is not None:
+        lines.append(f"\nRankMemCachedH5Dataset preload: {report.preload_s:.2f} s")
+    lines.extend(f"skipped: {s}" for s in report.skipped)
+    lines.append("\nrecommendation:")
+    lines.extend(f"  - {a}" for a in report.recommendation)
+    return "\n".join(lines)
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
