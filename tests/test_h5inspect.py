@@ -49,7 +49,7 @@ def test_layouts_chunks_filters_and_strategies(path):
     assert ds["train/labels"].layout == "contiguous"
     assert ds["train/labels"].read_strategy == "memmap"
     assert ds["plain"].read_strategy == "memmap"
-    assert ds["split"].read_strategy == "slabs"
+    assert ds["split"].read_strategy == "chunks"
     assert ds["scalar"].shape == ()
     assert ds["scalar"].read_strategy is None
     assert ds["names"].dtype == "string[variable-length, utf-8]"
