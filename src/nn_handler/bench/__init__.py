@@ -6,6 +6,7 @@ limit measured in the same run; ``shuffle_quality`` puts numbers on how well an 
 
 from .contenders import NaiveH5Dataset
 from .data import LAYOUTS, make_images, suite_layouts, write_images, write_layout_file
+from .file_bench import FileBench, bench_file
 from .quality import ShuffleQuality, shuffle_quality
 from .suite import Table, main, run_suite
 from .timing import (
@@ -20,12 +21,14 @@ from .timing import (
 )
 
 __all__ = [
+    "FileBench",
     "LAYOUTS",
     "NaiveH5Dataset",
     "Result",
     "ShuffleQuality",
     "Table",
     "batch_len",
+    "bench_file",
     "format_table",
     "machine_line",
     "main",

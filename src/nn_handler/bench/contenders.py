@@ -73,10 +73,13 @@ class Case:
         return int(self.images[0].nbytes)
 
 
-class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """What a user writes first: lazy open, keep the dataset objects, one h5py call per sample."""
+class NaiveH5Dataset(Dataset[Any]):
+    """What a user writes first: lazy open, keep the dataset objects, one h5py call per sample.
 
-    def __init__(self, path: str, x_key: str, y_key: str) -> None:
+    Returns ``(x, y)``, or ``x`` alone when ``y_key`` is None.
+    """
+
+    def __init__(self, path: str, x_key: str, y_key: str | None = None) -> None:
         self.path, self.x_key, self.y_key = path, x_key, y_key
         with h5py.File(path, "r") as f:
             self.n = len(f[x_key])
@@ -86,11 +89,13 @@ class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, i: int) -> Any:
         if self._x is None:
             f = h5py.File(self.path, "r")
-            self._x, self._y = f[self.x_key], f[self.y_key]
-        return torch.from_numpy(self._x[i]), torch.as_tensor(self._y[i])
+            self._x = f[self.x_key]
+            self._y = None if self.y_key is None else f[self.y_key]
+        x = torch.from_numpy(np.asarray(self._x[i]))
+        return x if self._y is None else (x, torch.as_tensor(self._y[i]))
 
     def close(self) -> None:
         """Close the file."""

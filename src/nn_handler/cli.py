@@ -1,0 +1,318 @@
+"""The ``nn-handler`` command: ``inspect``, ``bench`` and ``demo``.
+
+Exit codes: 0 success, 2 bad usage (argparse), 1 errors. Errors print one line without a
+traceback unless ``--debug`` is given. Every subcommand is built from the public library API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+from .h5inspect import DatasetReport, FileReport, inspect_file
+
+__all__ = ["main"]
+
+_EXPECTED_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except _EXPECTED_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"nn-handler {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"nn-handler {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror  # our messages already name the path
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nn-handler",
+        description="Inspect, benchmark and demo fast HDF5 loading for PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=f"nn-handler {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_inspect(sub, common)
+    _add_demo(sub, common)
+    _add_bench(sub, common)
+    return parser
+
+
+def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "inspect",
+        parents=[common],
+        help="show a file's groups, datasets, layout and loading advice",
+        description="Print the tree of groups and datasets of an HDF5 file (shape, dtype, "
+        "layout, chunking, filters, compression ratio, bytes per sample, attributes) and "
+        "specific advice on how to load it fast.",
+    )
+    p.add_argument("file", help="path of the HDF5 file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--max-datasets", type=int, default=200, help="datasets described in full (default 200)"
+    )
+    p.set_defaults(handler=_run_inspect)
+
+
+_SAMPLE_SIZES = {"small": 2000, "default": 8000, "large": 50_000}
+
+
+def _samples(text: str) -> int:
+    if text in _SAMPLE_SIZES:
+        return _SAMPLE_SIZES[text]
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 10:
+        raise argparse.ArgumentTypeError(
+            f"expected small, default, large or a number >= 10, got {text!r}"
+        )
+    return value
+
+
+def _add_demo(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="write a learnable HDF5 set and train a small model on it",
+        description="Write a synthetic, learnable HDF5 dataset (4-class noisy signals, chunked "
+        "and gzip-compressed like real recordings), train a small 1-D CNN on it with "
+        "NNHandler, evaluate, and report accuracy and throughput.",
+    )
+    p.add_argument("--out", metavar="DIR", help="write the data here and keep it")
+    p.add_argument(
+        "--loader",
+        choices=("lazy", "rank-cached", "combined"),
+        default="lazy",
+        help="H5LazyDataset with workers (default), RankMemCachedH5Dataset, or "
+        "CombinedHDF5Dataset over several recording files",
+    )
+    p.add_argument(
+        "--samples",
+        type=_samples,
+        default="default",
+        help="small (2000), default (8000), large (50000) or a number",
+    )
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers per process (default: 2, fewer per DDP rank)",
+    )
+    p.add_argument(
+        "--distributed",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train with DDP on N local processes (gloo)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo, write_demo_data
+
+    with contextlib.ExitStack() as stack:
+        folder = args.out or stack.enter_context(tempfile.TemporaryDirectory(prefix="nnh-demo-"))
+        print(f"writing {args.samples} samples to {folder} (chunked, gzip) ...")
+        data = write_demo_data(folder, args.samples)
+        summary = run_demo(
+            data,
+            loader=args.loader,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            distributed=args.distributed,
+            progress=False if args.no_progress else None,
+        )
+        print(_demo_summary(summary, kept=bool(args.out)))
+    return 0
+
+
+def _demo_summary(s: Any, *, kept: bool) -> str:
+    where = (
+        s.data_folder
+        if kept
+        else f"{s.data_folder} (temporary, now deleted; keep it with --out DIR)"
+    )
+    return "\n".join(
+        [
+            "",
+            f"summary ({s.loader} loader, {s.world_size} process"
+            f"{'es' if s.world_size > 1 else ''}, "
+            f"{s.epochs} epoch{'s' if s.epochs > 1 else ''}, {s.seconds:.1f} s):",
+            f"  validation accuracy {s.val_accuracy:.1%} on {s.val_samples} samples "
+            f"(chance {s.chance:.0%}), loss {s.val_loss:.3f}",
+            f"  training {s.train_samples_per_s:,.0f} samples/s per process; "
+            f"loader alone {s.loader_samples_per_s:,.0f} samples/s",
+            f"  data: {where}",
+        ]
+    )
+
+
+def _add_bench(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="time the loader strategies on your file (or the synthetic suite)",
+        description="Time every loader strategy on FILE for a bounded time each and recommend "
+        "one; with --synthetic, run the benchmark suite on generated data instead.",
+    )
+    p.add_argument("file", nargs="?", help="path of the HDF5 file")
+    p.add_argument("--x-key", help="dataset of the inputs (required with FILE)")
+    p.add_argument("--y-key", help="dataset of the targets (optional)")
+    p.add_argument("--seconds", type=float, default=3.0, help="budget per strategy (default 3)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--synthetic", action="store_true", help="run the benchmark suite")
+    p.add_argument("--n", type=int, default=50_000, help="--synthetic: samples per layout")
+    p.add_argument("--layouts", help="--synthetic: comma-separated layouts (default: all)")
+    p.set_defaults(handler=_run_bench, parser=p)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    if args.synthetic == bool(args.file):
+        args.parser.error("give either FILE (with --x-key) or --synthetic")
+    if args.synthetic:
+        from .bench import run_suite
+
+        layouts = args.layouts.split(",") if args.layouts else None
+        run_suite(args.n, args.seconds, layouts, args.batch_size)
+        return 0
+    if not args.x_key:
+        args.parser.error("--x-key is required with FILE")
+    from .bench import bench_file
+
+    report = bench_file(
+        args.file,
+        args.x_key,
+        args.y_key,
+        seconds=args.seconds,
+        batch_size=args.batch_size,
+        log_fn=lambda line: print(line, file=sys.stderr),
+    )
+    print(format_bench(report))
+    return 0
+
+
+def format_bench(report: Any) -> str:
+    """Render a ``bench_file`` report: a table with ratios to the best, then the advice."""
+    best = report.best.rate
+    lines = [
+        f"{report.path}: {report.x_key}"
+        + (f" + {report.y_key}" if report.y_key else "")
+        + f", {report.samples} samples of {_size(report.sample_bytes)}, reads: "
+        f"{report.strategy}" + (f", {report.chunk_rows} rows/chunk" if report.chunk_rows else ""),
+        "",
+        "| strategy | samples/s | MB/s | vs best |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in report.results:
+        lines.append(f"| {r.name} | {r.rate:,.0f} | {r.mb_per_s:,.1f} | {r.rate / best:.2f} |")
+    if report.preload_s is not None:
+        lines.append(f"\nRankMemCachedH5Dataset preload: {report.preload_s:.2f} s")
+    lines.extend(f"skipped: {s}" for s in report.skipped)
+    lines.append("\nrecommendation:")
+    lines.extend(f"  - {a}" for a in report.recommendation)
+    return "\n".join(lines)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    if args.max_datasets < 1:
+        raise ValueError(f"--max-datasets must be >= 1, got {args.max_datasets}")
+    report = inspect_file(args.file, max_datasets=args.max_datasets)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(report: FileReport) -> str:
+    """Render an inspection report as an indented, human-readable tree."""
+    lines = [
+        f"{report.path}  ({_size(report.file_bytes)}, superblock v{report.superblock_version}"
+        f"{', SWMR-format' if report.swmr_mode_capable else ''})"
+    ]
+    for group in report.groups:
+        if group.attrs:
+            lines.append(f"  group {group.path}  attrs: {_join_attrs(group.attrs)}")
+    for d in report.datasets:
+        lines.extend(_dataset_lines(d))
+    if report.omitted_datasets:
+        lines.append(f"  … {report.omitted_datasets} more datasets not shown (--max-datasets)")
+    if report.advice:
+        lines.append("advice:")
+        lines.extend(f"  - {a}" for a in report.advice)
+    return "\n".join(lines)
+
+
+def _dataset_lines(d: DatasetReport) -> list[str]:
+    head = f"  {d.path}  shape={d.shape} dtype={d.dtype} layout={d.layout}"
+    lines = [head]
+    storage = [f"stored {_size(d.storage_bytes)}"]
+    if d.chunks:
+        storage.append(f"chunks={d.chunks} ({d.rows_per_chunk} rows/chunk, {_size(d.chunk_bytes)})")
+    if d.filters:
+        storage.append(f"filters={'+'.join(d.filters)}")
+    if d.compression_ratio is not None:
+        storage.append(f"ratio {d.compression_ratio:.2f}x")
+    if d.bytes_per_sample is not None:
+        storage.append(f"{_size(d.bytes_per_sample)}/sample")
+    if d.read_strategy:
+        storage.append(f"reads: {d.read_strategy}")
+    lines.append("      " + ", ".join(storage))
+    if d.attrs:
+        lines.append(f"      attrs: {_join_attrs(d.attrs)}")
+    lines.extend(f"      advice: {a}" for a in d.advice)
+    return lines
+
+
+def _join_attrs(attrs: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in attrs.items())
+
+
+def _size(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
