@@ -66,7 +66,7 @@ def test_cuda_without_cuda_is_a_clear_error(monkeypatch):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="device must be a torch device or its name, got 'gpu0'"):
+    with pytest.raises(ValueError, match="device='gpu0' is not a device name"):
         DevicePrefetcher([], "gpu0")
     with pytest.raises(ValueError, match="depth must be >= 1, got 0"):
         DevicePrefetcher([], "cpu", depth=0)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .dataloaders._validate import format_names
+from .dataloaders.prefetch import move
 
 BatchFn = Callable[[Any], tuple[Any, Any]]
 
@@ -86,13 +87,7 @@ def to_device(obj: Any, device: torch.device) -> Any:
     ``non_blocking`` overlaps the copy with compute when the source is pinned memory; the
     first kernel that uses the tensor waits for it, so it is always safe.
     """
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, Mapping):
-        return {key: to_device(value, device) for key, value in obj.items()}
-    if isinstance(obj, tuple | list):
-        return type(obj)(to_device(value, device) for value in obj)
-    return obj
+    return move(obj, lambda tensor: tensor.to(device, non_blocking=True))
 
 
 def call_model(model: Callable[..., Any], inputs: Any) -> Any:

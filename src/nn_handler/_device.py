@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .dataloaders._tensors import check_device
+
 _PRECISIONS: dict[Any, str | None] = {
     False: None,
     True: "auto",
@@ -26,26 +28,7 @@ def parse_device(device: Any) -> torch.device:
         TypeError / ValueError: not a device name.
         RuntimeError: a CUDA device is asked for but CUDA is not available.
     """
-    if not isinstance(device, str | torch.device):
-        raise TypeError(f"device must be a string or torch.device, got {device!r}")
-    try:
-        parsed = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device={device!r} is not a device name (e.g. 'cpu', 'cuda')") from exc
-    if parsed.type == "cuda":
-        _check_cuda(device, parsed)
-    return parsed
-
-
-def _check_cuda(device: Any, parsed: torch.device) -> None:
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device={device!r} but CUDA is not available (torch.cuda.is_available() is False); "
-            "pass device='cuda' if torch.cuda.is_available() else 'cpu'"
-        )
-    count = torch.cuda.device_count()
-    if parsed.index is not None and parsed.index >= count:
-        raise RuntimeError(f"device={device!r} but only {count} CUDA device(s) are visible")
+    return check_device("device", device)
 
 
 def bind_local_device(device: torch.device, local_rank: int) -> torch.device:
@@ -56,7 +39,7 @@ def bind_local_device(device: torch.device, local_rank: int) -> torch.device:
     if device.type != "cuda":
         return device
     bound = device if device.index is not None else torch.device("cuda", local_rank)
-    _check_cuda(str(bound), bound)
+    check_device("device", bound)
     torch.cuda.set_device(bound)
     return bound
 

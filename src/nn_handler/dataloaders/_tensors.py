@@ -44,16 +44,30 @@ def to_tensor(arr: np.ndarray[Any, Any], dtype: np.dtype[Any] | None = None) -> 
 
 
 def check_device(name: str, value: Any) -> torch.device:
-    """Return ``value`` as a ``torch.device``; a CUDA device needs CUDA in this process.
+    """Return ``value`` as a ``torch.device``; a CUDA device must exist in this process.
 
     Raises:
-        ValueError: ``value`` is not a device or a device name.
-        RuntimeError: ``value`` is a CUDA device and CUDA is not available.
+        TypeError: ``value`` is neither a string nor a ``torch.device``.
+        ValueError: ``value`` is not a device name.
+        RuntimeError: a CUDA device is asked for but CUDA (or that device index) is missing.
     """
+    if not isinstance(value, str | torch.device):
+        raise TypeError(f"{name} must be a string or torch.device, got {value!r}")
     try:
         device = torch.device(value)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"{name} must be a torch device or its name, got {value!r}") from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"{name}={value!r} but CUDA is not available in this process")
+    except RuntimeError as exc:
+        raise ValueError(f"{name}={value!r} is not a device name (e.g. 'cpu', 'cuda')") from exc
+    if device.type == "cuda":
+        _check_cuda(name, value, device)
     return device
+
+
+def _check_cuda(name: str, value: Any, device: torch.device) -> None:
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{name}={value!r} but CUDA is not available (torch.cuda.is_available() is False); "
+            f"pass {name}='cuda' if torch.cuda.is_available() else 'cpu'"
+        )
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise RuntimeError(f"{name}={value!r} but only {count} CUDA device(s) are visible")
