@@ -540,7 +540,7 @@ def _write(path, **datasets):
             TypeError,
             "valid_field='guid' holds strings",
         ),
-        ({"where": 3}, TypeError, "where must be callable or None, got int 3"),
+        ({"where": 3}, TypeError, "where must be callable or None, got 3"),
         (
             {"where": lambda c: c["weight"]},
             TypeError,

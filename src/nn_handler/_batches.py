@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .dataloaders._validate import format_names
+from .dataloaders._validate import check_callable, format_names
 from .dataloaders.prefetch import move
 
 BatchFn = Callable[[Any], tuple[Any, Any]]
@@ -38,8 +38,7 @@ class BatchSplitter:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string or None, got {value!r}")
-        if self.batch_fn is not None and not callable(self.batch_fn):
-            raise TypeError(f"batch_fn must be callable or None, got {self.batch_fn!r}")
+        check_callable("batch_fn", self.batch_fn)
 
     def __call__(self, batch: Any) -> tuple[Any, Any]:
         if self.batch_fn is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .dataloaders._validate import check_int, check_positive_int
+from .dataloaders._validate import check_callable, check_int, check_positive_int
 
 
 def check_flag(name: str, value: Any, *, optional: bool = False) -> None:
@@ -19,12 +19,6 @@ def check_flag(name: str, value: Any, *, optional: bool = False) -> None:
     if not isinstance(value, bool):
         allowed = "True, False or None" if optional else "True or False"
         raise TypeError(f"{name} must be {allowed}, got {value!r}")
-
-
-def check_callable(name: str, value: Any, *, optional: bool = True) -> None:
-    """Raise ``TypeError`` unless ``value`` is callable (or None when ``optional``)."""
-    if not (callable(value) or (optional and value is None)):
-        raise TypeError(f"{name} must be callable{' or None' if optional else ''}, got {value!r}")
 
 
 def check_clip(value: Any) -> float | None:

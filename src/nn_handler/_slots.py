@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ._config import check_callable, is_plateau
-from .dataloaders._validate import check_choice
+from ._config import is_plateau
+from .dataloaders._validate import check_callable, check_choice
 
 NAMES = ("optimizer", "scheduler", "scaler")
 

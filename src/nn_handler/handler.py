@@ -20,7 +20,6 @@ from . import _ddp
 from ._batches import BatchFn, BatchSplitter
 from ._config import (
     build_model,
-    check_callable,
     check_clip,
     check_flag,
     check_metrics,
@@ -33,7 +32,7 @@ from ._loaders import build_loader, warn_if_not_sharded
 from ._persist import load_run, save_run
 from ._slots import Slots
 from ._step import LossFn, Metric, Trainer
-from .dataloaders._validate import check_int, check_positive_int
+from .dataloaders._validate import check_callable, check_int, check_positive_int
 
 __all__ = ["NNHandler"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._field_schema import as_str_array
-from ._validate import check_int, check_non_negative_int, check_probability
+from ._validate import check_callable, check_int, check_non_negative_int, check_probability
 
 __all__ = ["FILTERS", "FilterSpec", "WhereFn"]
 
@@ -74,8 +74,7 @@ class FilterSpec:
             )
         if not isinstance(valid_field, str) or not valid_field:
             raise TypeError(f"valid_field must be a non-empty field name, got {valid_field!r}")
-        if where is not None and not callable(where):
-            raise TypeError(f"where must be callable or None, got {type(where).__name__} {where!r}")
+        check_callable("where", where)
         return cls(
             allowed_guids=_guid_array(allowed_guids),
             cs_label=_flag("cs_label", cs_label),

@@ -11,9 +11,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["IndexArray", "as_index_array", "normalize_index", "plan_slabs"]
+__all__ = ["IndexArray", "as_index_array", "is_scalar_index", "normalize_index", "plan_slabs"]
 
 IndexArray = npt.NDArray[np.int64]
+
+
+def is_scalar_index(index: Any) -> bool:
+    """True for one integer-like index (int, NumPy integer, 0-d array or tensor)."""
+    return hasattr(index, "__index__") and getattr(index, "ndim", 0) == 0
 
 
 def normalize_index(index: Any, length: int) -> int:

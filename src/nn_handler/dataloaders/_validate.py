@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "check_callable",
     "check_choice",
     "check_int",
+    "check_key",
     "check_non_negative_int",
     "check_positive_int",
     "check_probability",
@@ -70,6 +72,21 @@ def check_probability(name: str, value: Any) -> float:
     if not 0.0 <= result <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return result
+
+
+def check_callable(name: str, value: Any, *, optional: bool = True) -> None:
+    """Raise ``TypeError`` unless ``value`` is callable (or None when ``optional``)."""
+    if not (callable(value) or (optional and value is None)):
+        raise TypeError(f"{name} must be callable{' or None' if optional else ''}, got {value!r}")
+
+
+def check_key(name: str, value: Any, *, optional: bool) -> None:
+    """Raise ``TypeError`` unless ``value`` is a non-empty dataset path (or None if optional)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value:
+        allowed = "a non-empty string or None" if optional else "a non-empty string"
+        raise TypeError(f"{name} must be {allowed} (a dataset path in the file), got {value!r}")
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:

@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ._indices import is_scalar_index
 from ._reader import RowReader
 from ._source import FileOptions, H5Source, LockingMode, close_inherited_sources
 from ._tensors import check_tensor_dtype, to_tensor
-from ._validate import numpy_dtype
+from ._validate import check_callable, check_key, numpy_dtype
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
@@ -82,10 +83,10 @@ class H5LazyDataset(Dataset[Sample]):
         *,
         locking: LockingMode = "best-effort",
     ) -> None:
-        _check_key("x_key", x_key, optional=False)
-        _check_key("y_key", y_key, optional=True)
-        _check_callable("transform", transform)
-        _check_callable("target_transform", target_transform)
+        check_key("x_key", x_key, optional=False)
+        check_key("y_key", y_key, optional=True)
+        check_callable("transform", transform)
+        check_callable("target_transform", target_transform)
         self.x_dtype = numpy_dtype("x_dtype", x_dtype)
         self.y_dtype = numpy_dtype("y_dtype", y_dtype)
         self.transform = transform
@@ -182,7 +183,7 @@ class H5LazyDataset(Dataset[Sample]):
 
     def __getitem__(self, index: Any) -> Any:
         """Return sample ``index``, or a stacked batch for a sequence / array / slice of them."""
-        if _is_scalar_index(index):
+        if is_scalar_index(index):
             return self._sample(index)
         return self._batch(index)
 
@@ -266,20 +267,3 @@ def _describe(reader: RowReader, cast: np.dtype[Any] | None) -> str:
     shape = (reader.length, *reader.row_shape)
     dtype = str(reader.dtype) + (f"->{cast}" if cast is not None else "")
     return f"{shape} {dtype} [{reader.strategy}]"
-
-
-def _is_scalar_index(index: Any) -> bool:
-    return hasattr(index, "__index__") and getattr(index, "ndim", 0) == 0
-
-
-def _check_key(name: str, value: Any, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, str) or not value:
-        allowed = "a non-empty string or None" if optional else "a non-empty string"
-        raise TypeError(f"{name} must be {allowed} (a dataset path in the file), got {value!r}")
-
-
-def _check_callable(name: str, value: Any) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name} must be callable or None, got {type(value).__name__} {value!r}")

@@ -25,7 +25,7 @@ from ._sample_index import NamePattern, SampleIndex
 from ._sample_read import SampleReader
 from ._source import FileOptions, H5Source, LockingMode
 from ._tensors import to_tensor
-from ._validate import check_int, format_names, numpy_dtype
+from ._validate import check_callable, check_int, format_names, numpy_dtype
 
 __all__ = ["H5SampleDataset", "pad_collate"]
 
@@ -101,8 +101,7 @@ class H5SampleDataset(Dataset[Sample]):
         self._labels = LabelReader(_check_attrs(attrs)) if attrs is not False else None
         self.dtype = numpy_dtype("dtype", dtype)
         _check_cast(self.dtype)
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable or None, got {transform!r}")
+        check_callable("transform", transform)
         self.transform = transform
         if not isinstance(sidecar, bool):
             raise TypeError(f"sidecar must be True or False, got {sidecar!r}")

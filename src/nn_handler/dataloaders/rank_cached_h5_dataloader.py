@@ -26,12 +26,11 @@ from torch.utils.data import Dataset, get_worker_info
 
 from ..distributed import World
 from . import _memory
-from ._indices import as_index_array, normalize_index
+from ._indices import as_index_array, is_scalar_index, normalize_index
 from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from ._source import FileOptions, H5Source, LockingMode
 from ._tensors import check_device
-from ._validate import check_choice, numpy_dtype
-from .h5_dataloader import _check_callable, _check_key, _is_scalar_index
+from ._validate import check_callable, check_choice, check_key, numpy_dtype
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
 
 __all__ = [
@@ -150,8 +149,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             )
         self.mode: ShardMode = check_choice("mode", mode, _MODES)
         self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, _EQUAL_STEPS)
-        _check_key("x_key", x_key, optional=False)
-        _check_key("y_key", y_key, optional=True)
+        check_key("x_key", x_key, optional=False)
+        check_key("y_key", y_key, optional=True)
         _check_options(
             {"transform": transform, "target_transform": target_transform, "log_fn": log_fn},
             {"pin_host_memory": pin_host_memory, "share_memory": share_memory},
@@ -300,7 +299,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
 
     def __getitem__(self, index: Any) -> Any:
         """Return sample ``index``, or a stacked batch for a sequence / array / tensor / slice."""
-        if _is_scalar_index(index):
+        if is_scalar_index(index):
             i = normalize_index(index, len(self))
             x = _apply(self.transform, self.x[i].clone())
             if self.y is None:
@@ -381,7 +380,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
 
 def _check_options(callables: dict[str, Any], flags: dict[str, Any]) -> None:
     for name, fn in callables.items():
-        _check_callable(name, fn)
+        check_callable(name, fn)
     for name, flag in flags.items():
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
