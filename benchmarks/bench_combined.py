@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,10 +35,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, os.path.dirname(__file__))
+from nn_handler.bench import Result, machine_line, print_table, shuffled_batches, timed_pass
 from nn_handler.dataloaders import CombinedHDF5Dataset, batched_loader
-
-from _common import Result, machine_line, print_table, shuffled_batches, timed_pass
 
 BATCH = 256
 FIELDS = ["fhr_st", "target", "weight", "guid", "cs_label", "bg_label", "epoch"]

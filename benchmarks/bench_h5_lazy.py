@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from typing import Any
 
@@ -28,12 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nn_handler.bench import NaiveH5Dataset
-from nn_handler.dataloaders import H5LazyDataset, batched_loader
-
-from _common import (
+from nn_handler.bench import (
     LAYOUTS,
+    NaiveH5Dataset,
     Result,
     batch_len,
     machine_line,
@@ -42,6 +38,7 @@ from _common import (
     timed_pass,
     write_images,
 )
+from nn_handler.dataloaders import H5LazyDataset, batched_loader
 
 BATCH = 256
 

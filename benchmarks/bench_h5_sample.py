@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -33,10 +32,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-sys.path.insert(0, os.path.dirname(__file__))
+from nn_handler.bench import machine_line
 from nn_handler.dataloaders import H5SampleDataset
-
-from _common import machine_line
 
 SHAPE = (16, 8)
 BATCH = 64

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -30,11 +29,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, os.path.dirname(__file__))
 from nn_handler import NNHandler
+from nn_handler.bench import Result, machine_line, print_table, write_images
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
-
-from _common import Result, machine_line, print_table, write_images
 
 BATCH = 256
 SAMPLE_BYTES = 3 * 32 * 32 * 4

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,10 +29,7 @@ import h5py
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from nn_handler.dataloaders import RankMemCachedH5Dataset, _memory
-
-from _common import (
+from nn_handler.bench import (
     LAYOUTS,
     Result,
     batch_len,
@@ -43,6 +39,7 @@ from _common import (
     timed_pass,
     write_images,
 )
+from nn_handler.dataloaders import RankMemCachedH5Dataset, _memory
 
 BATCH = 256
 SAMPLE_BYTES = 3 * 32 * 32 * 4 + 8  # image + int64 label

@@ -1,9 +1,5 @@
 """The benchmark package: helpers, the suite end to end on tiny data, shuffle-quality numbers."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import h5py
 import numpy as np
 import pytest
@@ -22,19 +18,6 @@ from nn_handler.bench import (
     write_layout_file,
 )
 from nn_handler.bench.suite import Table, targets
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def test_common_reexports_the_same_helpers(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    sys.modules.pop("_common", None)
-    common = importlib.import_module("_common")
-    import nn_handler.bench as bench
-
-    for name in common.__all__:
-        assert getattr(common, name) is getattr(bench, name), name
-    assert set(common.LAYOUTS) == {"contiguous", "chunked-64", "chunked-64+gzip"}
 
 
 def test_write_images_layouts(tmp_path):
