@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
+from .dataloaders._memory import format_bytes
 from .h5inspect import DatasetReport, FileReport, inspect_file
 
 __all__ = ["main"]
@@ -233,7 +234,7 @@ def format_bench(report: Any) -> str:
     lines = [
         f"{report.path}: {report.x_key}"
         + (f" + {report.y_key}" if report.y_key else "")
-        + f", {report.samples} samples of {_size(report.sample_bytes)}, reads: "
+        + f", {report.samples} samples of {format_bytes(report.sample_bytes)}, reads: "
         f"{report.strategy}" + (f", {report.chunk_rows} rows/chunk" if report.chunk_rows else ""),
         "",
         "| strategy | samples/s | MB/s | vs best |",
@@ -263,7 +264,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
 def format_report(report: FileReport) -> str:
     """Render an inspection report as an indented, human-readable tree."""
     lines = [
-        f"{report.path}  ({_size(report.file_bytes)}, superblock v{report.superblock_version}"
+        f"{report.path}  ({format_bytes(report.file_bytes)}, "
+        f"superblock v{report.superblock_version}"
         f"{', SWMR-format' if report.swmr_mode_capable else ''})"
     ]
     for group in report.groups:
@@ -282,15 +284,16 @@ def format_report(report: FileReport) -> str:
 def _dataset_lines(d: DatasetReport) -> list[str]:
     head = f"  {d.path}  shape={d.shape} dtype={d.dtype} layout={d.layout}"
     lines = [head]
-    storage = [f"stored {_size(d.storage_bytes)}"]
-    if d.chunks:
-        storage.append(f"chunks={d.chunks} ({d.rows_per_chunk} rows/chunk, {_size(d.chunk_bytes)})")
+    storage = [f"stored {format_bytes(d.storage_bytes)}"]
+    if d.chunks and d.chunk_bytes is not None:
+        size = format_bytes(d.chunk_bytes)
+        storage.append(f"chunks={d.chunks} ({d.rows_per_chunk} rows/chunk, {size})")
     if d.filters:
         storage.append(f"filters={'+'.join(d.filters)}")
     if d.compression_ratio is not None:
         storage.append(f"ratio {d.compression_ratio:.2f}x")
     if d.bytes_per_sample is not None:
-        storage.append(f"{_size(d.bytes_per_sample)}/sample")
+        storage.append(f"{format_bytes(d.bytes_per_sample)}/sample")
     if d.read_strategy:
         storage.append(f"reads: {d.read_strategy}")
     lines.append("      " + ", ".join(storage))
@@ -302,16 +305,6 @@ def _dataset_lines(d: DatasetReport) -> list[str]:
 
 def _join_attrs(attrs: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in attrs.items())
-
-
-def _size(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 if __name__ == "__main__":

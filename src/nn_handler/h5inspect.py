@@ -14,6 +14,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .dataloaders._memory import format_bytes
 from .dataloaders._reader import RowReader
 from .dataloaders._source import FileOptions, H5Source
 
@@ -279,7 +280,7 @@ def _random_access_advice(r: DatasetReport, rows: int, per_row: int) -> str:
     )
     small = max(1, _RANDOM_ACCESS_CHUNK_BYTES // per_row)
     if small < rows:
-        text += f", or rechunk with {small} rows per chunk (~{_size(small * per_row)})"
+        text += f", or rechunk with {small} rows per chunk (~{format_bytes(small * per_row)})"
     return text
 
 
@@ -287,14 +288,14 @@ def _cache_advice(chunk_bytes: int) -> list[str]:
     out = []
     if chunk_bytes > _H5PY_DEFAULT_CACHE:
         out.append(
-            f"each chunk is {_size(chunk_bytes)}, larger than h5py's default 1 MiB chunk "
+            f"each chunk is {format_bytes(chunk_bytes)}, larger than h5py's default 1 MiB chunk "
             "cache: plain h5py decodes it again for every row; nn_handler datasets default to "
             f"rdcc_nbytes=256 MiB ({_OUR_DEFAULT_CACHE // chunk_bytes} chunks)"
         )
     window = chunk_bytes * _DEFAULT_WINDOW_CHUNKS
     if window > _OUR_DEFAULT_CACHE:
         out.append(
-            f"a shuffle window of {_DEFAULT_WINDOW_CHUNKS} chunks needs {_size(window)} of "
+            f"a shuffle window of {_DEFAULT_WINDOW_CHUNKS} chunks needs {format_bytes(window)} of "
             f"chunk cache: chunk cache default too small for this chunk size, pass "
             f"rdcc_nbytes={_round_up_mib(window)}"
         )
@@ -315,14 +316,6 @@ def _file_advice(datasets: list[DatasetReport]) -> list[str]:
                 "for H5LazyDataset(path, x_key=..., y_key=...)"
             )
     return advice
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _round_up_mib(n: int) -> int:
