@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import nn_handler.dataloaders._decode as decode_module
 from nn_handler.dataloaders._decode import ChunkDecodeError, codec_for, fletcher32, unshuffle
+from nn_handler.dataloaders._errors import CorruptFileError
 from nn_handler.dataloaders._reader import RowReader
 from nn_handler.dataloaders._source import FileOptions, H5Source
 
@@ -204,9 +205,12 @@ def test_corrupt_chunk_raises_as_h5py_does(tmp_path):
         fh.write(bytes([byte ^ 0xFF]))
     r = reader(path, swmr=False)
     np.testing.assert_array_equal(r.read([0, 99]), data[[0, 99]])  # other chunks still fine
-    with pytest.raises(OSError, match="filter returned failure"):
+    with h5py.File(path, "r") as f, pytest.raises(OSError, match="filter returned failure"):
+        f["x"][35]
+    corrupt = r"'/x' of .*d\.h5'.* chunk at \(30, 0\) is corrupt .*Fletcher-32"
+    with pytest.raises(CorruptFileError, match=corrupt):
         r.read([35])
-    with pytest.raises(OSError, match="filter returned failure"):
+    with pytest.raises(CorruptFileError, match=corrupt):
         r.read_range(0, 100)
 
 

@@ -210,7 +210,7 @@ def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
 
     data = images(200)
     path = make_h5({"x": (data, "gzip")})
-    monkeypatch.setattr(reader_module, "_block_reader", lambda dset, source: None)  # slabs
+    monkeypatch.setattr(reader_module, "_block_reader", lambda *args: None)  # slabs
     monkeypatch.setattr(reader_module, "_MAX_SLAB_BYTES", 8 * 48)  # one 8-row chunk per slab
     calls = []
     r = reader(path)
@@ -230,7 +230,7 @@ def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
 def test_each_chunk_read_once_per_batch(make_h5, monkeypatch):
     import nn_handler.dataloaders._reader as reader_module
 
-    monkeypatch.setattr(reader_module, "_block_reader", lambda dset, source: None)  # slabs
+    monkeypatch.setattr(reader_module, "_block_reader", lambda *args: None)  # slabs
     data = images(64)
     path = make_h5({"x": (data, "gzip")})
     r = reader(path)

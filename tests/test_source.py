@@ -7,7 +7,6 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders import _source
 from nn_handler.dataloaders._source import (
     FileOptions,
     H5Source,
@@ -87,16 +86,13 @@ def test_chunk_cache_options_reach_the_file(path):
     assert cache[1:] == (10007, 3 * 1024**2, 0.5)
 
 
-def test_swmr_mode_and_fallback_warns_once(path, monkeypatch):
-    assert H5Source(path, FileOptions(swmr=True)).file.swmr_mode
+def test_files_no_writer_holds_open_plainly_and_file_objects_too(path):
+    # SWMR read mode only for a file a SWMR writer holds (tests/test_damaged_files.py): a plain
+    # open checks the file's length and checksums at once, where SWMR would retry for minutes
+    assert not H5Source(path, FileOptions(swmr=True)).file.swmr_mode
     assert not H5Source(path, FileOptions(swmr=False)).file.swmr_mode
-    monkeypatch.setattr(_source, "_SWMR_WARNED", set())
-    data = io.BytesIO(path.read_bytes())  # file objects cannot be opened in SWMR mode
-    src = H5Source(data, FileOptions(swmr=True))
-    with pytest.warns(RuntimeWarning, match="cannot be opened in SWMR read mode"):
-        assert src.dataset("x").shape == (10, 3, 4)
-    src.close()
-    src.dataset("x")  # second open: no second warning (filterwarnings=error would raise)
+    src = H5Source(io.BytesIO(path.read_bytes()), FileOptions(swmr=True))
+    assert src.dataset("x").shape == (10, 3, 4)  # no warning (filterwarnings=error)
 
 
 def test_pickle_drops_the_handle_at_any_time(path):

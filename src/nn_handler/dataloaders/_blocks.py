@@ -9,9 +9,11 @@ decodes each block in one call, under its lock.
 
 Decoded blocks are kept in an LRU whose byte budget is the file's ``rdcc_nbytes`` (HDF5's own
 chunk cache is switched off for these datasets, so memory stays within that budget): consecutive
-batches that touch the same chunk decode it once. A chunk the codec cannot serve (never written,
-so HDF5 serves the fill value; a bad checksum; a corrupt stream) is read through h5py instead,
-which returns the fill value or raises HDF5's own error.
+batches that touch the same chunk decode it once. A chunk never written is read through h5py
+(which serves the fill value). A chunk that does not decode to exactly one chunk of bytes, or
+whose Fletcher-32 sum does not match, raises ``CorruptFileError`` naming the file, the dataset
+and the chunk: it is never handed to HDF5 as well (whose filters inflate a forged stream a
+second time, and return uninitialised memory for a short one).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import h5py
 import numpy as np
 
 from ._decode import ChunkCodec, ChunkDecodeError
+from ._errors import CorruptFileError
 from ._indices import IndexArray
 from ._source import H5Source
 from ._threads import run_parallel
@@ -104,6 +107,7 @@ class ChunkBlocks:
         dtype: The dataset's dtype.
         chunks: The dataset's chunk shape.
         codec: How to decode one raw chunk in threads, or None to let h5py decode blocks.
+        key: The dataset's path, for error messages.
     """
 
     def __init__(
@@ -113,9 +117,11 @@ class ChunkBlocks:
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
         codec: ChunkCodec | None,
+        key: str = "",
     ) -> None:
         self.source = source
         self.codec = codec
+        self.key = key
         self.dtype = dtype
         self.length = shape[0]
         self.row_shape = shape[1:]
@@ -194,18 +200,30 @@ class ChunkBlocks:
             offset, dest = task
             try:
                 mask, raw = dset_id.read_direct_chunk(offset)
+            except RuntimeError as exc:
+                if "not allocated" not in str(exc):
+                    raise self._corrupt(offset, exc) from exc
+                return task  # never written: h5py serves the fill value
+            try:
                 chunk = codec.decode(raw, mask)
-            except (RuntimeError, OSError, ChunkDecodeError):
-                return task  # unwritten chunk, bad checksum, corrupt data: ask h5py
+            except ChunkDecodeError as exc:
+                raise self._corrupt(offset, exc) from exc
             dest[...] = chunk[tuple(slice(0, n) for n in dest.shape)]
             return None
 
-        for failed in run_parallel(decode_into, tasks):
-            if failed is not None:
-                offset, dest = failed
+        for unwritten in run_parallel(decode_into, tasks):
+            if unwritten is not None:
+                offset, dest = unwritten
                 dest[...] = dset[
                     tuple(slice(o, o + n) for o, n in zip(offset, dest.shape, strict=True))
                 ]
+
+    def _corrupt(self, offset: tuple[int, ...], exc: BaseException) -> CorruptFileError:
+        return CorruptFileError(
+            f"dataset {self.key!r} of {self.source.path!r}: the chunk at {offset} is corrupt "
+            f"({exc}); the file is damaged",
+            self.source.path,
+        )
 
     def _start(self, block: int) -> int:
         return block * self.block_rows

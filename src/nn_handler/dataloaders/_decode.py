@@ -10,8 +10,8 @@ than zlib here) when installed, else the standard library's ``zlib``; both retur
 Only pipelines built from these three filters are claimed (any order, any repetition; a
 per-chunk ``filter_mask`` skips filters); anything else returns no codec and the reader keeps
 using h5py. A chunk that does not decode to exactly one chunk of bytes, or whose checksum does not
-match, raises ``ChunkDecodeError`` so the caller can fall back to h5py (which reports the error
-in its own words).
+match, raises ``ChunkDecodeError``. Inflating stops at a bound a little above one chunk: a forged
+stream that would inflate to gigabytes costs one chunk of memory, not gigabytes.
 """
 
 from __future__ import annotations
@@ -73,9 +73,14 @@ class ChunkCodec:
 
     @property
     def inflate_bound(self) -> int:
-        """Bytes an inflated stream holds at most: the chunk plus any checksums inside it."""
+        """Bytes an inflated stream holds at most.
+
+        That is the chunk, any checksums inside it, and the few bytes per block that a deflate
+        stream nested inside another filter may add.
+        """
         checksums = sum(code == _FLETCHER32 for code, _ in self.filters)
-        return self.chunk_nbytes + _CHECKSUM_BYTES * checksums
+        slack = self.chunk_nbytes // 64 + 64 * len(self.filters) if len(self.filters) > 1 else 0
+        return self.chunk_nbytes + _CHECKSUM_BYTES * checksums + slack
 
     def decode(self, raw: bytes, filter_mask: int = 0) -> np.ndarray[Any, Any]:
         """Return one chunk as an array of ``chunk_shape`` (read-only view of the decoded bytes).
@@ -108,22 +113,31 @@ def _undo(
 
 
 def inflate(data: bytes | bytearray | np.ndarray[Any, Any], bound: int) -> bytes | bytearray:
-    """Inflate one zlib stream expected to hold at most ``bound`` bytes.
+    """Inflate one complete zlib stream that holds at most ``bound`` bytes.
+
+    Never produces more than ``bound + 1`` bytes, whatever the stream says.
 
     Raises:
-        ChunkDecodeError: the stream is corrupt.
+        ChunkDecodeError: the stream is corrupt, truncated, or inflates past ``bound``.
     """
     if _libdeflate is not None:
         try:
+            # libdeflate checks the end of the stream and its Adler-32 and writes at most bound
             out: bytearray = _libdeflate.zlib_decompress(data, bound)
             return out
         except _libdeflate.DeflateError:
-            pass  # longer than ``bound`` (nested filters) or corrupt: zlib tells which
+            pass  # corrupt, or longer than bound: zlib says which, in words
+    stream = data.tobytes() if isinstance(data, np.ndarray) else data
+    inflater = zlib.decompressobj()
     try:
-        stream = data.tobytes() if isinstance(data, np.ndarray) else data
-        return zlib.decompress(stream, bufsize=max(bound, 1))
+        out_z = inflater.decompress(stream, bound + 1)
     except zlib.error as exc:
         raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
+    if len(out_z) > bound:
+        raise ChunkDecodeError(f"deflate stream inflates past {bound} bytes, more than one chunk")
+    if not inflater.eof:
+        raise ChunkDecodeError("deflate stream is truncated (it ends before its end marker)")
+    return out_z
 
 
 def unshuffle(buf: np.ndarray[Any, Any], itemsize: int) -> np.ndarray[Any, Any]:

@@ -5,15 +5,30 @@ Pure numpy, no h5py: property-tested on its own.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["IndexArray", "as_index_array", "is_scalar_index", "normalize_index", "plan_slabs"]
+__all__ = [
+    "IndexArray",
+    "as_index_array",
+    "is_bool_like",
+    "is_scalar_index",
+    "normalize_index",
+    "plan_slabs",
+]
 
 IndexArray = npt.NDArray[np.int64]
+
+
+def is_bool_like(value: Any) -> bool:
+    """True for a bool of any kind: Python, NumPy, or a 0-d bool array or tensor."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
 def is_scalar_index(index: Any) -> bool:
@@ -28,9 +43,13 @@ def normalize_index(index: Any, length: int) -> int:
         TypeError: ``index`` is not an integer.
         IndexError: ``index`` is outside ``[-length, length)``.
     """
-    if isinstance(index, bool) or not hasattr(index, "__index__"):
-        raise TypeError(f"index must be an integer, got {type(index).__name__} {index!r}")
-    value = int(index)
+    if is_bool_like(index):
+        raise TypeError(f"index must be an integer, got a bool {index!r}")
+    try:
+        # operator.index, not int(): int() truncates 1.7, and 0-d float arrays / tensors too
+        value = operator.index(index)
+    except TypeError:
+        raise TypeError(f"index must be an integer, got {type(index).__name__} {index!r}") from None
     if value < -length or value >= length:
         raise IndexError(f"index {value} is out of range for a dataset of length {length}")
     return value + length if value < 0 else value
@@ -61,6 +80,10 @@ def as_index_array(indices: Any, length: int) -> IndexArray:
         raise TypeError(f"indices must be one-dimensional, got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"indices must be integers, got dtype {arr.dtype} ({_preview(arr)})")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize >= 8 and int(arr.max()) >= length:
+        # past int64: the cast below would wrap 2**64 - 1 to -1, the last row
+        first = int(arr[np.argmax(arr >= length)])
+        raise IndexError(f"index {first} is out of range for a dataset of length {length}")
     out = arr.astype(np.int64, copy=True)
     bad = (out < -length) | (out >= length)
     if bad.any():

@@ -15,7 +15,13 @@ The strategy is picked once, from the dataset's layout:
   without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
   one h5py call; rows are then put back into request order.
 
-The memory map is checked against h5py on the first and last row before it is trusted.
+Before a strategy is picked, ``_layout_check`` checks what the file says against the file
+(filters installed, byte ranges inside the file, chunk sizes that fit their filters, data in
+other files only inside the data file's directory); the fast strategies (``memmap``, ``decode``)
+serve only datasets whose bytes are in this file and whose stored bytes are their values. The
+memory map is checked against h5py on the first and last row before it is trusted, and against
+the file's size and identity before each batch (a file truncated under a map would otherwise
+kill the process with SIGBUS).
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import numpy as np
 
 from ._blocks import ChunkBlocks
 from ._decode import codec_for
+from ._file_bytes import MappedFile
 from ._indices import IndexArray, as_index_array, normalize_index, plan_slabs
+from ._layout_check import Layout, inspect_layout
 from ._source import H5Source
 
 __all__ = ["RowReader"]
@@ -66,12 +74,15 @@ class RowReader:
         self.dtype: np.dtype[Any] = dset.dtype
         self.chunk_rows: int | None = int(dset.chunks[0]) if dset.chunks else None
         self.row_nbytes: int = self.dtype.itemsize * math.prod(self.row_shape)
-        self._mapped = _mapped_layout(dset, source, self.row_nbytes)
+        layout = inspect_layout(dset, source, key)
+        self._mapped = _mapped_layout(dset, source, self.row_nbytes, layout)
+        self._mapped_end = _mapped_end(self._mapped, self.length, self.row_nbytes)
+        self._file_map: MappedFile | None = None
         self._view: np.ndarray[Any, Any] | None = None
         self._view_pid = -1
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
-        self._blocks = None if self._mapped is not None else _block_reader(dset, source)
+        self._blocks = None if self._mapped is not None else _block_reader(dset, source, layout)
 
     @property
     def strategy(self) -> str:
@@ -101,6 +112,7 @@ class RowReader:
         idx = as_index_array(indices, self.length)
         if out is not None:
             self._output(len(idx), out)
+        self.source.check_unchanged()
         if self._mapped is not None and idx.size:
             rows = self._gather_mapped(idx)
             if out is None:
@@ -120,6 +132,7 @@ class RowReader:
     def read_row(self, index: Any) -> np.ndarray[Any, Any]:
         """Return one row as an array the caller owns (negative indices allowed)."""
         i = normalize_index(index, self.length)
+        self.source.check_unchanged()
         if self._mapped is not None:
             return self._gather_mapped(np.array([i], dtype=np.int64)).reshape(self.row_shape)
         if self._blocks is not None:
@@ -138,6 +151,7 @@ class RowReader:
         out = self._output(stop - start, out)
         if stop == start:
             return out
+        self.source.check_unchanged()
         if self._mapped is not None:
             self._copy_mapped_range(start, stop, out)
         elif self._blocks is not None:
@@ -186,15 +200,20 @@ class RowReader:
         assert self._mapped is not None
         rows_per_chunk, chunk_offsets = self._mapped
         offsets = chunk_offsets[idx // rows_per_chunk] + (idx % rows_per_chunk) * self.row_nbytes
-        raw: np.ndarray[Any, Any] = self._mapped_view()[offsets]
+        view = self._mapped_view()
+        assert self._file_map is not None
+        self._file_map.check(self._mapped_end)  # a page past a truncated end is SIGBUS
+        raw: np.ndarray[Any, Any] = view[offsets]
         return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
 
     def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
         # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
         assert self._mapped is not None
         rows_per_chunk, chunk_offsets = self._mapped
-        raw = self._mapped_view().base
-        assert isinstance(raw, np.ndarray)
+        self._mapped_view()
+        assert self._file_map is not None
+        self._file_map.check(self._mapped_end)  # a page past a truncated end is SIGBUS
+        raw = self._file_map.data
         for chunk in range(start // rows_per_chunk, (stop - 1) // rows_per_chunk + 1):
             first = chunk * rows_per_chunk
             lo, hi = max(start, first), min(stop, first + rows_per_chunk)
@@ -206,7 +225,9 @@ class RowReader:
         # One byte-strided view of the whole file whose element k is the row-sized record at
         # byte k: gathering any set of row offsets is then a single fancy-index call.
         if self._view is None or self._view_pid != os.getpid():
-            mapped = np.memmap(self.source.path, dtype=np.uint8, mode="r")
+            # mapped through a descriptor we keep: the mapped file is checked before each read
+            self._file_map = MappedFile(self.source.path, self.source.identity)
+            mapped = self._file_map.data
             self._view = np.ndarray(
                 shape=(mapped.size - self.row_nbytes + 1,),
                 dtype=np.dtype((np.void, self.row_nbytes)),
@@ -248,14 +269,14 @@ class RowReader:
         probe = np.array(sorted({0, self.length - 1}), dtype=np.int64)
         try:
             mapped = self._gather_mapped(probe)
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             return False
         expected = dset[probe.tolist()]
         return bool(mapped.tobytes() == np.ascontiguousarray(expected).tobytes())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_view=None, _view_pid=-1)
+        state.update(_view=None, _view_pid=-1, _file_map=None)
         return state
 
     def __repr__(self) -> str:
@@ -266,7 +287,7 @@ class RowReader:
         )
 
 
-def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
+def _block_reader(dset: h5py.Dataset, source: H5Source, layout: Layout) -> ChunkBlocks | None:
     """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
     if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
         return None
@@ -274,7 +295,17 @@ def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
         return None
     chunks = tuple(int(c) for c in dset.chunks)
     shape = tuple(int(s) for s in dset.shape)
-    return ChunkBlocks(source, shape, dset.dtype, chunks, codec_for(dset))
+    # raw chunks are decoded here only from this file, and only when the bytes are the values
+    codec = codec_for(dset) if layout.fast_paths_allowed else None
+    return ChunkBlocks(source, shape, dset.dtype, chunks, codec, key=dset.name)
+
+
+def _mapped_end(mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: int) -> int:
+    """Bytes of the file a memory-mapped read may touch (checked against its size per batch)."""
+    if mapped is None:
+        return 0
+    rows_per_chunk, offsets = mapped
+    return int(offsets.max()) + min(rows_per_chunk, length) * row_nbytes
 
 
 def _is_strictly_increasing(idx: IndexArray) -> bool:
@@ -282,30 +313,26 @@ def _is_strictly_increasing(idx: IndexArray) -> bool:
 
 
 def _mapped_layout(
-    dset: h5py.Dataset, source: H5Source, row_nbytes: int
+    dset: h5py.Dataset, source: H5Source, row_nbytes: int, layout: Layout
 ) -> tuple[int, IndexArray] | None:
     """Return ``(rows_per_chunk, chunk_byte_offsets)`` for memory-mapped reads, or None.
 
     Row ``i`` starts at ``offsets[i // rows_per_chunk] + (i % rows_per_chunk) * row_nbytes``;
     contiguous data is one chunk holding every row.
     """
-    if not _mappable(dset, source, row_nbytes):
+    if not _mappable(dset, source, row_nbytes, layout):
         return None
-    plist = dset.id.get_create_plist()
-    layout = plist.get_layout()
-    if layout == h5py.h5d.CONTIGUOUS and plist.get_external_count() == 0:
-        offset = dset.id.get_offset()
-        if offset is None:
-            return None  # never written: HDF5 serves the fill value
-        return int(dset.shape[0]), np.array([offset], dtype=np.int64)
-    if layout == h5py.h5d.CHUNKED and plist.get_nfilters() == 0:
-        return _chunk_table(dset, row_nbytes)
+    if layout.contiguous_offset is not None:
+        return int(dset.shape[0]), np.array([layout.contiguous_offset], dtype=np.int64)
+    if layout.chunks is not None and dset.id.get_create_plist().get_nfilters() == 0:
+        return _chunk_table(dset, row_nbytes, layout)
     return None
 
 
-def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int) -> bool:
+def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int, layout: Layout) -> bool:
     return (
         source.is_path
+        and layout.fast_paths_allowed
         and dset.file.driver == "sec2"
         and not dset.is_virtual
         and not dset.dtype.hasobject
@@ -314,24 +341,21 @@ def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int) -> bool:
     )
 
 
-def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] | None:
+def _chunk_table(
+    dset: h5py.Dataset, row_nbytes: int, layout: Layout
+) -> tuple[int, IndexArray] | None:
     chunks = dset.chunks
     if tuple(chunks[1:]) != tuple(dset.shape[1:]):
         return None  # a chunk splits rows: a row's bytes are not contiguous
+    assert layout.chunks is not None
     rows_per_chunk = int(chunks[0])
     count = -(-dset.shape[0] // rows_per_chunk)
     table = np.full(count, _UNALLOCATED, dtype=np.int64)
-    chunk_bytes = rows_per_chunk * row_nbytes
-
-    def record(info: Any) -> None:
-        if info.size == chunk_bytes and info.filter_mask == 0:
-            table[info.chunk_offset[0] // rows_per_chunk] = info.byte_offset
-
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(record)
-    else:  # h5py built against HDF5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            record(dset.id.get_chunk_info(i))
+    # the layout check made every unfiltered chunk exactly one chunk of bytes inside the file;
+    # chunks past the length we read (a SWMR writer appending) are not ours to serve
+    first = layout.chunks.coords[:, 0] if len(layout.chunks) else np.zeros(0, np.int64)
+    keep = first < count * rows_per_chunk
+    table[first[keep] // rows_per_chunk] = layout.chunks.offsets[keep]
     if np.any(table == _UNALLOCATED):
         return None  # unwritten chunks read as the fill value: leave them to HDF5
     return rows_per_chunk, table

@@ -13,13 +13,14 @@ import errno
 import importlib
 import os
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
 import h5py
 
+from ._errors import FileChangedError, explain_open_error, is_writer_flag_error
+from ._identity import FileIdentity, check_identity, identity_of_fd
 from ._validate import check_choice, check_non_negative_int, check_probability, format_names
 
 __all__ = ["FileOptions", "H5Source", "LockingMode", "close_inherited_sources", "dataset_keys"]
@@ -29,8 +30,6 @@ LockingMode = bool | Literal["best-effort"] | None
 _LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 # Sources with an open handle in some process; h5_worker_init_fn walks it in a new worker.
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
-_SWMR_WARNED: set[str] = set()
-_SWMR_LOCK = threading.Lock()
 _PLUGINS = {"loaded": False}
 
 
@@ -43,11 +42,16 @@ class FileOptions:
         rdcc_nslots: Number of hash slots in the chunk cache (a prime well above the number
             of chunks that fit is best).
         rdcc_w0: Chunk preemption policy, in ``[0, 1]``.
-        swmr: Open in SWMR read mode where the file allows it; fall back to a plain
-            read-only open with one warning where it does not.
+        swmr: Open in SWMR read mode when a SWMR writer has the file open. Every file is
+            first opened plainly (read-only), which refuses a truncated or corrupt file at
+            once; only a file whose superblock says a writer holds it is then opened in SWMR
+            mode. ``False``: never SWMR (a file held by a writer fails to open).
         locking: h5py's ``locking``: ``True``, ``False``, ``"best-effort"`` (lock where
             the file system supports it; the default, which works on NFS/Lustre), or
             ``None`` (HDF5's default, which honours ``HDF5_USE_FILE_LOCKING``).
+        allow_external_files: Read datasets whose data lies in other files outside the data
+            file's directory (external links, external storage, virtual-dataset sources).
+            Off by default: a file could otherwise serve ``/etc/passwd`` as samples.
     """
 
     rdcc_nbytes: int = 256 * 1024**2
@@ -55,6 +59,7 @@ class FileOptions:
     rdcc_w0: float = 0.75
     swmr: bool = True
     locking: LockingMode = "best-effort"
+    allow_external_files: bool = False
 
     def __post_init__(self) -> None:
         check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
@@ -62,6 +67,10 @@ class FileOptions:
         check_probability("rdcc_w0", self.rdcc_w0)
         if not isinstance(self.swmr, bool):
             raise TypeError(f"swmr must be True or False, got {self.swmr!r}")
+        if not isinstance(self.allow_external_files, bool):
+            raise TypeError(
+                f"allow_external_files must be True or False, got {self.allow_external_files!r}"
+            )
         check_choice("locking", self.locking, _LOCKING_CHOICES)
 
 
@@ -93,6 +102,9 @@ class H5Source:
         self._file: h5py.File | None = None
         self._datasets: dict[str, h5py.Dataset] = {}
         self._pid = -1
+        self._fd = -1  # HDF5's descriptor of the open file, for identity checks
+        #: the file as it was when first opened (what layouts were computed from)
+        self.identity: FileIdentity | None = None
 
     @property
     def is_path(self) -> bool:
@@ -164,6 +176,25 @@ class H5Source:
         with self._lock:
             self._forget()
 
+    def check_unchanged(self) -> None:
+        """Raise ``FileChangedError`` if the open file is no longer the one first opened.
+
+        One ``fstat`` of HDF5's own descriptor (the file HDF5 reads, whatever the path names
+        now); a no-op for file objects and before the first open.
+        """
+        fd, recorded = self._fd, self.identity
+        if fd < 0 or recorded is None or self._pid != os.getpid():
+            return
+        try:
+            current = identity_of_fd(fd)
+        except OSError:  # closed under us: the next open checks again
+            return
+        check_identity(self.path, recorded, current, growing=self._file_is_swmr())
+
+    def _file_is_swmr(self) -> bool:
+        handle = self._file
+        return bool(handle is not None and handle.swmr_mode)
+
     def set_options(self, options: FileOptions) -> None:
         """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""
         with self._lock:
@@ -180,6 +211,7 @@ class H5Source:
         handle, self._file = self._file, None
         self._datasets = {}
         self._pid = -1
+        self._fd = -1
         _OPEN_SOURCES.discard(self)
         if handle is not None:
             # an id already invalidated (e.g. by HDF5 in a forked child) must not block reopening
@@ -197,19 +229,46 @@ class H5Source:
         }
         if opts.locking is not None:
             kwargs["locking"] = opts.locking
-        if opts.swmr:
-            try:
-                return h5py.File(target, "r", swmr=True, **kwargs)
-            except (OSError, ValueError) as exc:
-                _warn_swmr_fallback(self.path, exc)
         try:
-            return h5py.File(target, "r", **kwargs)
+            # a plain open checks the file's length and metadata checksums at once; in SWMR
+            # mode HDF5 would retry a bad checksum for minutes and accept a truncated file
+            handle = h5py.File(target, "r", **kwargs)
         except OSError as exc:
-            raise _explain_open_error(self.path, exc) from exc
+            if not (opts.swmr and self.is_path and is_writer_flag_error(exc)):
+                raise explain_open_error(self.path, exc) from exc
+            handle = self._open_swmr(target, kwargs)
+        self._remember_identity(handle)
+        return handle
+
+    def _open_swmr(self, target: Any, kwargs: dict[str, Any]) -> h5py.File:
+        """Open a file that a SWMR writer holds (its superblock says so) in SWMR read mode."""
+        try:
+            return h5py.File(target, "r", swmr=True, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise explain_open_error(self.path, exc) from exc
+
+    def _remember_identity(self, handle: h5py.File) -> None:
+        """Record the file's identity at the first open; compare with it at every other."""
+        if not self.is_path or handle.driver != "sec2":
+            return
+        try:
+            fd = int(handle.id.get_vfd_handle())
+            current = identity_of_fd(fd)
+        except (OSError, TypeError, ValueError):
+            return
+        if self.identity is None:
+            self.identity = current
+        else:
+            try:
+                check_identity(self.path, self.identity, current, growing=handle.swmr_mode)
+            except FileChangedError:
+                handle.close()
+                raise
+        self._fd = fd
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_lock=None, _file=None, _datasets={}, _pid=-1)
+        state.update(_lock=None, _file=None, _datasets={}, _pid=-1, _fd=-1)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -266,27 +325,3 @@ def _check_is_hdf5(path: str) -> None:
             "pass a file written by h5py/HDF5",
             path,
         )
-
-
-def _warn_swmr_fallback(path: str, exc: BaseException) -> None:
-    with _SWMR_LOCK:
-        if path in _SWMR_WARNED:
-            return
-        _SWMR_WARNED.add(path)
-    warnings.warn(
-        f"{path!r} cannot be opened in SWMR read mode ({exc}); opened read-only without SWMR. "
-        "Pass swmr=False to silence this warning.",
-        RuntimeWarning,
-        stacklevel=4,
-    )
-
-
-def _explain_open_error(path: str, exc: OSError) -> OSError:
-    text = str(exc)
-    if exc.errno in (errno.ENOLCK, 524) or "lock" in text.lower():
-        return OSError(
-            exc.errno,
-            f"cannot lock {path!r} ({text}); on NFS/Lustre pass locking=False "
-            "(safe for read-only use) or set HDF5_USE_FILE_LOCKING=FALSE",
-        )
-    return OSError(exc.errno, f"cannot open HDF5 file {path!r}: {text}")

@@ -39,7 +39,7 @@ def format_names(names: Iterable[str]) -> str:
 
 def check_int(name: str, value: Any) -> int:
     """Return ``value`` as an int, or raise ``TypeError`` for non-integers (bools included)."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
         raise TypeError(f"{name} must be an integer, got bool {value!r}")
     try:
         return operator.index(value)

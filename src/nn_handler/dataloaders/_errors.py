@@ -1,0 +1,103 @@
+"""Errors for files that cannot be read correctly, and the translation of HDF5's open errors.
+
+Every error names the file (and the dataset, where there is one) and the problem in words a user
+can act on. All are ``OSError`` subclasses, so code that already catches I/O errors keeps working,
+and each takes the message as its only required argument, so the DataLoader can re-raise one that
+happened in a worker.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+
+__all__ = [
+    "CorruptFileError",
+    "DataFileError",
+    "ExternalDataError",
+    "FileChangedError",
+    "MissingFilterError",
+    "explain_open_error",
+    "is_writer_flag_error",
+]
+
+# errno of a failed lock: held by another process (EAGAIN), none on this file system (ENOLCK),
+# or not supported (ENOTSUPP, 524 on Linux NFS)
+_LOCK_ERRNOS = (errno.EAGAIN, errno.ENOLCK, 524)
+_LOCK_TEXT = re.compile(r"unable to (?:un)?lock file|file locking|errno = (?:11|37|524)\b", re.I)
+_TRUNCATED = re.compile(r"truncated file", re.I)
+_NOT_HDF5 = re.compile(r"file signature not found|not an hdf5 file", re.I)
+_WRITER = re.compile(r"already open for write|file consistency flags", re.I)
+_CORRUPT = re.compile(
+    r"checksum|signature|bad (?:object header|b-tree|heap|symbol table|version)|"
+    r"unable to (?:load|read|decode|deserialize|protect)|addr(?:ess)? overflow|"
+    r"wrong (?:b-tree|version)|invalid|corrupt|can't (?:read|decode|open object)",
+    re.I,
+)
+
+
+class DataFileError(OSError):
+    """A data file cannot be read correctly; ``path`` is the file."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class CorruptFileError(DataFileError):
+    """The file is truncated, damaged, or says something that its own bytes contradict."""
+
+
+class FileChangedError(DataFileError):
+    """The file changed (rewritten, replaced, truncated) after the dataset was built."""
+
+
+class MissingFilterError(DataFileError):
+    """A dataset needs an HDF5 filter (compression plugin) that is not installed."""
+
+
+class ExternalDataError(DataFileError, PermissionError):
+    """A dataset's data lives in another file outside the data file's directory (refused)."""
+
+
+def is_writer_flag_error(exc: BaseException) -> bool:
+    """True when HDF5 refused a plain open because a (SWMR) writer has the file open."""
+    return bool(_WRITER.search(str(exc)))
+
+
+def explain_open_error(path: str, exc: BaseException) -> OSError:
+    """Return an error for ``exc`` (from opening ``path``) that names the real cause."""
+    text = str(exc)
+    code = getattr(exc, "errno", None)
+    if code in _LOCK_ERRNOS or _LOCK_TEXT.search(text):
+        return _os_error(
+            code,
+            f"cannot lock {path!r} ({text}); if another process is writing it, wait for it to "
+            "close the file; on NFS/Lustre pass locking=False (safe for read-only use) or set "
+            "HDF5_USE_FILE_LOCKING=FALSE",
+        )
+    if _TRUNCATED.search(text):
+        return CorruptFileError(
+            f"{path!r} is truncated: it is shorter than its own superblock says ({text}); "
+            "the copy or download was cut short, or a writer died before closing it",
+            path,
+        )
+    if _NOT_HDF5.search(text):
+        return CorruptFileError(
+            f"{path!r} is not an HDF5 file, or its first bytes are damaged ({text})", path
+        )
+    if _WRITER.search(text):
+        return OSError(
+            f"cannot open {path!r}: a writer has it open, or died without closing it ({text}); "
+            "wait for the writer, open with swmr=True if it writes in SWMR mode, or clear the "
+            "flag of a dead writer with `h5clear -s`"
+        )
+    if _CORRUPT.search(text):
+        return CorruptFileError(
+            f"{path!r} is corrupt: HDF5 cannot read its metadata ({text})", path
+        )
+    return _os_error(code, f"cannot open HDF5 file {path!r}: {text}")
+
+
+def _os_error(code: int | None, message: str) -> OSError:
+    return OSError(message) if code is None else OSError(code, message)

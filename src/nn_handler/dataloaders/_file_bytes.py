@@ -1,0 +1,98 @@
+"""Raw bytes of a data file, read so that a file that shrinks under us is an error, not SIGBUS.
+
+Touching a page of a memory map past the end of a file that was truncated after it was mapped
+kills the process with SIGBUS: no Python exception, no traceback. So:
+
+* ``MappedFile`` maps a file through a descriptor it keeps, and ``check(end)`` (one ``fstat``
+  of that descriptor: the mapped file itself, whatever the path names now) must pass before the
+  bytes below ``end`` are touched: the file must still be the one the dataset was built from
+  and at least ``end`` bytes long.
+* ``read_exact`` reads with ``pread``, which returns short instead of faulting; a short read
+  is an error.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ._errors import FileChangedError
+from ._identity import FileIdentity, check_identity, identity_of_fd
+
+__all__ = ["MappedFile", "read_exact"]
+
+
+class MappedFile:
+    """A read-only memory map of one file, with the descriptor kept for checks.
+
+    Args:
+        path: The file.
+        identity: The file as the dataset saw it when built (checked now and by ``check``),
+            or None to check only sizes.
+        growing: The file may grow (a SWMR writer appends to it).
+
+    Raises:
+        FileChangedError: the file is no longer the one ``identity`` describes.
+    """
+
+    def __init__(self, path: str, identity: FileIdentity | None, growing: bool = False) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            current = identity_of_fd(fd)
+            if identity is not None:
+                check_identity(path, identity, current, growing=growing)
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if current.size else None
+        except BaseException:
+            os.close(fd)
+            raise
+        self.path = path
+        self.identity = identity
+        self.growing = growing
+        self.fd = fd
+        self.data: np.ndarray[Any, np.dtype[np.uint8]] = (
+            np.zeros(0, np.uint8) if mapped is None else np.frombuffer(mapped, dtype=np.uint8)
+        )
+        weakref.finalize(self, os.close, fd)
+
+    def check(self, end: int) -> None:
+        """Raise ``FileChangedError`` unless bytes ``[0, end)`` of the map are safe to touch."""
+        current = identity_of_fd(self.fd)
+        if self.identity is not None:
+            check_identity(self.path, self.identity, current, growing=self.growing)
+        if current.size < end or self.data.size < end:
+            raise FileChangedError(
+                f"{self.path!r} is {current.size} bytes now, but reading it needs {end}: it was "
+                "truncated after the dataset was built. Build the dataset again",
+                self.path,
+            )
+
+
+def read_exact(fd: int, out: np.ndarray[Any, Any], offset: int, path: str) -> None:
+    """Fill the C-contiguous array ``out`` with the file's bytes from ``offset`` on.
+
+    Raises:
+        FileChangedError: the file ended first (it was truncated after the dataset was built).
+    """
+    view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    done = 0
+    while done < view.nbytes:
+        got = _pread_into(fd, view[done:], offset + done)
+        if got <= 0:
+            raise FileChangedError(
+                f"{path!r} ends before byte {offset + view.nbytes} of a dataset recorded in it: "
+                "it was truncated after the dataset was built. Build the dataset again",
+                path,
+            )
+        done += got
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    if hasattr(os, "preadv"):
+        return int(os.preadv(fd, [view], offset))
+    data = os.pread(fd, view.nbytes, offset)  # platforms without preadv: one extra copy
+    view[: len(data)] = data
+    return len(data)
