@@ -6,11 +6,17 @@ measures both), and slicing the bytes out of a memory map instead of ``DatasetID
 another ~20% of CPU per sample (interleaved A/B on 25k 16×8 float32 samples).
 
 HDF5 stores contiguous, unfiltered, allocated data as one run of bytes at
-``DatasetID.get_offset()`` (``None`` for every other layout), so those samples are sliced from a
-per-process ``np.memmap`` of the file when the stored type is exactly NumPy's
-(``TypeID.equal``, memoized per file) and the first such sample of each file matched HDF5's own
-read; everything else (chunked, compressed, compact, external, complex, odd-precision types, a
-file grown past the map) is read by HDF5.
+``DatasetID.get_offset()`` (``None`` for every other layout), so those samples are read with one
+``pread`` of the file (a descriptor per file and process; a file truncated under us reads short
+and raises, where a memory map would kill the process with SIGBUS) when the stored type is
+exactly NumPy's (``TypeID.equal``, memoized per file) and the first such sample of each file
+matched HDF5's own read; everything else (chunked, compressed, compact, external, complex,
+odd-precision types) is read by HDF5.
+
+Each sample is checked once per process before its first read, as ``RowReader`` checks a
+dataset (``_layout_check``): filters installed, bytes inside the file, chunk sizes that fit their
+filters, data in other files only inside the data file's directory. A sample reached through an
+external link lives in another file, so it is read by HDF5, never from this file's bytes.
 
 No h5py object outlives the call: 100k cached dataset objects per worker would cost more memory
 than the data.
@@ -20,19 +26,24 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
 import numpy as np
 
+from ._file_bytes import read_exact
 from ._h5types import TypeMemo
+from ._identity import check_identity, identity_of_fd
+from ._layout_check import inspect_layout
+from ._source import FileOptions, H5Source
 
 __all__ = ["SampleReader"]
 
 _NUMERIC_KINDS = "biufc"
 _RAW_KINDS = "biuf"  # complex is a compound in HDF5: leave its member order to HDF5
+_UNCHECKED, _IN_FILE, _ELSEWHERE = 0, 1, 2  # per sample: what its layout check found
 
 
 @dataclass(frozen=True)
@@ -43,17 +54,33 @@ class _DataType:
 
 
 class SampleReader:
-    """Per-process reader of whole datasets from a fixed list of files (memory maps cached)."""
+    """Per-process reader of whole datasets from a fixed list of files (descriptors cached).
 
-    def __init__(self, paths: list[str]) -> None:
-        self._paths = paths
-        self._maps: dict[int, np.memmap[Any, np.dtype[np.uint8]]] = {}
-        self._trusted: dict[int, bool] = {}  # file -> memory map verified against HDF5
+    Args:
+        files: The files, as ``H5Source`` objects (their open options, recorded identity and
+            ``allow_external_files`` apply) or paths (opened with the default options).
+    """
+
+    def __init__(self, files: Sequence[str | H5Source]) -> None:
+        self._sources = [
+            f if isinstance(f, H5Source) else H5Source(f, FileOptions()) for f in files
+        ]
+        self._paths = [s.path for s in self._sources]
+        self._fds: dict[int, int] = {}
+        self._trusted: dict[int, bool] = {}  # file -> raw reads verified against HDF5
         self._types: TypeMemo[_DataType] = TypeMemo()
+        self._checked = bytearray()  # per sample number: _UNCHECKED / _IN_FILE / _ELSEWHERE
         self._pid = os.getpid()
 
-    def read(self, file_no: int, dsid: Any, where: Callable[[], str]) -> np.ndarray[Any, Any]:
-        """Return the whole dataset ``dsid`` (of file ``file_no``) as a new array."""
+    def read(
+        self, file_no: int, dsid: Any, where: Callable[[], str], sample: int | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Return the whole dataset ``dsid`` (of file ``file_no``) as a new array.
+
+        ``sample`` (the dataset's sample number) lets the layout check run once per sample and
+        process; without it, it runs on every call.
+        """
+        self._sources[file_no].check_unchanged()
         kind = self._types.get(file_no, dsid.get_type(), _data_type)
         dtype = kind.dtype
         shape = dsid.shape
@@ -64,19 +91,40 @@ class SampleReader:
                 f"sample {where()} has dtype {dtype}, which torch cannot hold; "
                 "H5SampleDataset reads numeric and bool datasets"
             )
+        in_file = self._check(file_no, dsid, sample) == _IN_FILE
         nbytes = math.prod(shape) * dtype.itemsize
-        if kind.raw and self._trusted.get(file_no, True):
+        if kind.raw and in_file and self._trusted.get(file_no, True):
             raw = self._mapped(file_no, dsid, nbytes)
             if raw is not None:
-                return self._checked(file_no, dsid, raw.view(dtype).reshape(shape))
+                return self._checked_read(file_no, dsid, raw.view(dtype).reshape(shape))
         return _hdf5_read(dsid, shape, dtype)
 
     def close(self) -> None:
-        """Drop this process's memory maps."""
-        self._maps, self._trusted = {}, {}
+        """Drop this process's descriptors and checks."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds, self._trusted = {}, {}
+        self._checked = bytearray()
         self._types.clear()
 
-    def _checked(self, file_no: int, dsid: Any, arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def _check(self, file_no: int, dsid: Any, sample: int | None) -> int:
+        """Check the sample's layout against its file once; say whether its bytes are here."""
+        self._check_pid()
+        if sample is not None and sample < len(self._checked) and self._checked[sample]:
+            return self._checked[sample]
+        source = self._sources[file_no]
+        name = h5py.h5i.get_name(dsid).decode("utf-8", "surrogateescape")
+        layout = inspect_layout(h5py.Dataset(dsid), source, name)
+        state = _IN_FILE if layout.in_file else _ELSEWHERE
+        if sample is not None:
+            if sample >= len(self._checked):
+                self._checked.extend(bytes(sample + 1 - len(self._checked)))
+            self._checked[sample] = state
+        return state
+
+    def _checked_read(
+        self, file_no: int, dsid: Any, arr: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
         if file_no in self._trusted:
             return arr
         expected = _hdf5_read(dsid, arr.shape, arr.dtype)
@@ -84,29 +132,45 @@ class SampleReader:
         return expected
 
     def _mapped(self, file_no: int, dsid: Any, nbytes: int) -> np.ndarray[Any, Any] | None:
+        """The sample's stored bytes, read with ``pread`` (None when not contiguous)."""
         offset = dsid.get_offset()
         if offset is None or nbytes == 0 or dsid.get_storage_size() != nbytes:
             return None
-        view = self._view(file_no)
-        if offset + nbytes > len(view):  # the file grew after we mapped it: let HDF5 read
-            return None
-        return np.array(view[offset : offset + nbytes])
+        out = np.empty(nbytes, dtype=np.uint8)
+        read_exact(self._fd(file_no), out, int(offset), self._paths[file_no])
+        return out
 
-    def _view(self, file_no: int) -> np.memmap[Any, np.dtype[np.uint8]]:
-        if self._pid != os.getpid():
-            self._maps, self._trusted, self._pid = {}, {}, os.getpid()
-        view = self._maps.get(file_no)
-        if view is None:
-            view = np.memmap(self._paths[file_no], dtype=np.uint8, mode="r")
-            self._maps[file_no] = view
-        return view
+    def _fd(self, file_no: int) -> int:
+        self._check_pid()
+        fd = self._fds.get(file_no)
+        if fd is None:
+            source = self._sources[file_no]
+            fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if source.identity is not None:
+                try:  # the file the layouts were checked in, not one renamed into its place
+                    current = identity_of_fd(fd)
+                    check_identity(source.path, source.identity, current, growing=source.swmr_mode)
+                except OSError:
+                    os.close(fd)
+                    raise
+            self._fds[file_no] = fd
+        return fd
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # inherited through fork: close our copies, start afresh
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds, self._trusted, self._pid = {}, {}, os.getpid()
+            self._checked = bytearray()
 
     def __getstate__(self) -> dict[str, Any]:
         return {
+            "_sources": self._sources,
             "_paths": self._paths,
-            "_maps": {},
+            "_fds": {},
             "_trusted": {},
             "_types": TypeMemo(),
+            "_checked": bytearray(),
             "_pid": -1,
         }
 

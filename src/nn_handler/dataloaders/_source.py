@@ -189,11 +189,13 @@ class H5Source:
             current = identity_of_fd(fd)
         except OSError:  # closed under us: the next open checks again
             return
-        check_identity(self.path, recorded, current, growing=self._file_is_swmr())
+        check_identity(self.path, recorded, current, growing=self.swmr_mode)
 
-    def _file_is_swmr(self) -> bool:
+    @property
+    def swmr_mode(self) -> bool:
+        """True when this process has the file open in SWMR read mode (a writer holds it)."""
         handle = self._file
-        return bool(handle is not None and handle.swmr_mode)
+        return bool(handle is not None and self._pid == os.getpid() and handle.swmr_mode)
 
     def set_options(self, options: FileOptions) -> None:
         """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""

@@ -117,7 +117,7 @@ class H5SampleDataset(Dataset[Sample]):
         self.index_origins: tuple[str, ...] = result.origins
         #: members of ``group`` that matched but are not datasets, over all indexed files
         self.skipped: int = result.skipped
-        self._reader = SampleReader(list(self._paths))
+        self._reader = SampleReader(self._sources)
         self._prefix = self._group.rstrip("/").encode("utf-8") + b"/"
 
     @property
@@ -160,7 +160,7 @@ class H5SampleDataset(Dataset[Sample]):
             return f"{i} ({key!r} in {path!r})"
 
         dsid = self._open(file_no, name, where)
-        data = to_tensor(self._reader.read(file_no, dsid, where), self.dtype)
+        data = to_tensor(self._reader.read(file_no, dsid, where, i), self.dtype)
         labels = self._labels.read(dsid, where) if self._labels is not None else {}
         if self.transform is not None:
             data = self.transform(data)
