@@ -31,7 +31,7 @@ def test_roundtrip_and_name(tmp_path):
     assert save_sidecar(path, arrays(), {**PARAMS, **file_stamp(path), "extra": [1, "x"]})
     got, header = load_sidecar(path, PARAMS)
     assert got["blob"].tobytes() == b"ab" and got["offsets"].tolist() == [0, 1, 2]
-    assert header["extra"] == [1, "x"] and header["version"] == 1
+    assert header["extra"] == [1, "x"] and header["version"] == 2
     assert sorted(os.listdir(tmp_path)) == ["d.h5", "d.h5.nnh-index.npz"]  # no temp left
 
 

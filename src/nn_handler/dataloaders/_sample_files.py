@@ -2,10 +2,17 @@
 
 Files are indexed in order and only as far as ``limit`` needs. Each file's result is what the
 sidecar stores, so a sidecar is reusable by any dataset with the same group and pattern.
+
+A sidecar is checked against the file before use: it must carry the group's fingerprint (link
+count and object header, read from the open file), hold at most as many names as the group has
+links, and every name must be a well-formed link name that matches ``pattern``; its first and
+last names must be datasets of the group. Its size is capped from the group's link count. Any
+failure means the index is built again by listing the group.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ._sample_index import SKIPPED_KEPT, FileIndex, NamePattern, list_samples
+from ._sample_index import SKIPPED_KEPT, FileIndex, NamePattern, is_dataset, list_samples
 from ._sidecar import file_stamp, load_sidecar, save_sidecar
 from ._source import H5Source
 from ._validate import format_names
@@ -21,6 +28,7 @@ from ._validate import format_names
 __all__ = ["IndexResult", "index_files"]
 
 _log = logging.getLogger("nn_handler.dataloaders.h5_sample_dataset")
+_MAX_NAME_BYTES = 4096  # longer link names are possible but not in a sidecar we trust
 
 
 @dataclass(frozen=True)
@@ -71,42 +79,80 @@ def _file_index(
 ) -> tuple[FileIndex, str]:
     if not use_sidecar:
         return list_samples(_open_group(source, group), pattern), "built"
-    cached = load_sidecar(source.path, params)
-    loaded = None if cached is None else _from_sidecar(*cached)
+    stamp = file_stamp(source.path)  # taken before listing: a change during the build invalidates
+    opened = _open_group(source, group)
+    nlinks = int(opened.id.get_num_objs())
+    checked = {**params, "fingerprint": _fingerprint(opened, nlinks)}
+    cached = load_sidecar(source.path, checked, _limits(nlinks))
+    loaded = None if cached is None else _from_sidecar(*cached, opened, pattern, nlinks)
     if loaded is not None:
         return loaded, "sidecar"
-    stamp = file_stamp(source.path)  # taken before listing: a change during the build invalidates
-    index = list_samples(_open_group(source, group), pattern)
-    header = {**params, **stamp, "skipped": index.skipped}
+    if cached is not None:
+        _log.debug("sidecar of %r does not match the file; rebuilding the index", source.path)
+    index = list_samples(opened, pattern)
+    header = {**checked, **stamp, "skipped": index.skipped}
     header.update(skipped_names=list(index.skipped_names), listed=list(index.listed))
     save_sidecar(source.path, {"blob": index.blob, "offsets": index.offsets}, header)
     return index, "built"
 
 
+def _fingerprint(group: h5py.Group, nlinks: int) -> list[int]:
+    """Cheap facts about the group that change when its members do (with the file's stamp)."""
+    info = h5py.h5o.get_info(group.id)
+    return [nlinks, int(info.addr), int(info.hdr.space.total), int(info.hdr.nmesgs)]
+
+
+def _limits(nlinks: int) -> dict[str, int]:
+    """Largest sidecar members a group of ``nlinks`` links can need."""
+    return {"blob": nlinks * _MAX_NAME_BYTES, "offsets": 8 * (nlinks + 1)}
+
+
 def _from_sidecar(
-    arrays: dict[str, np.ndarray[Any, Any]], header: dict[str, Any]
+    arrays: dict[str, np.ndarray[Any, Any]],
+    header: dict[str, Any],
+    group: h5py.Group,
+    pattern: NamePattern | None,
+    nlinks: int,
 ) -> FileIndex | None:
-    """The sidecar's index, or None when its content does not hold together."""
+    """The sidecar's index, or None when it does not hold together or does not fit the file."""
     try:
         blob, offsets = arrays["blob"], arrays["offsets"]
         index = FileIndex(
             blob=blob.astype(np.uint8, copy=False),
             offsets=offsets.astype(np.int64, copy=False),
             skipped=int(header["skipped"]),
-            skipped_names=tuple(map(str, header["skipped_names"])),
-            listed=tuple(map(str, header["listed"])),
+            skipped_names=tuple(map(str, header["skipped_names"][:SKIPPED_KEPT])),
+            listed=tuple(map(str, header["listed"][:SKIPPED_KEPT])),
         )
     except (KeyError, TypeError, ValueError):
         return None
     sane = (
         blob.dtype == np.uint8
         and offsets.ndim == 1
-        and len(offsets) >= 1
+        and 1 <= len(offsets) <= nlinks + 1
         and offsets[0] == 0
         and offsets[-1] == len(blob)
-        and bool(np.all(np.diff(offsets) >= 0))
+        and bool(np.all(np.diff(offsets) >= 1))
+        and 0 <= index.skipped <= nlinks
     )
-    return index if sane else None
+    if not sane or not _names_fit(index, group, pattern):
+        return None
+    return index
+
+
+def _names_fit(index: FileIndex, group: h5py.Group, pattern: NamePattern | None) -> bool:
+    """Every name is a link name ``pattern`` selects; the first and last are datasets here."""
+    blob, bounds = index.blob.tobytes(), index.offsets.tolist()
+    names = [blob[a:b] for a, b in itertools.pairwise(bounds)]
+    for name in names:
+        if len(name) > _MAX_NAME_BYTES or b"/" in name or b"\0" in name or name in (b".", b".."):
+            return False
+        if pattern is not None and not pattern.matches(name.decode("utf-8", "surrogateescape")):
+            return False
+    if len(set(names)) != len(names):
+        return False
+    gid = group.id
+    return all(is_dataset(gid, name) for name in {names[0], names[-1]}) if names else True
 
 
 def _open_group(source: H5Source, group: str) -> h5py.Group:

@@ -22,7 +22,15 @@ import numpy as np
 
 from ._natural import natural_order
 
-__all__ = ["SKIPPED_KEPT", "FileIndex", "NamePattern", "SampleIndex", "list_samples", "pack_names"]
+__all__ = [
+    "SKIPPED_KEPT",
+    "FileIndex",
+    "NamePattern",
+    "SampleIndex",
+    "is_dataset",
+    "list_samples",
+    "pack_names",
+]
 
 _REGEX_PREFIX = "re:"
 SKIPPED_KEPT = 5  # names of skipped members remembered per file, for messages
@@ -101,7 +109,7 @@ def list_samples(group: h5py.Group, pattern: NamePattern | None) -> FileIndex:
     datasets: list[bytes] = []
     skipped: list[bytes] = []
     for name in names:
-        (datasets if _is_dataset(gid, name) else skipped).append(name)
+        (datasets if is_dataset(gid, name) else skipped).append(name)
     ordered = [datasets[i] for i in natural_order(datasets)]
     blob, offsets = pack_names(ordered)
     kept = tuple(_text(n) for n in skipped[:SKIPPED_KEPT])
@@ -139,7 +147,8 @@ class SampleIndex:
         return self.blob[self.offsets[i] : self.offsets[i + 1]].tobytes()
 
 
-def _is_dataset(gid: Any, name: bytes) -> bool:
+def is_dataset(gid: Any, name: bytes) -> bool:
+    """True when ``name`` in group ``gid`` is (or links to) a dataset."""
     try:
         return bool(h5py.h5g.get_objinfo(gid, name).type == h5py.h5g.DATASET)
     except (KeyError, OSError, RuntimeError):  # dangling soft or external link
