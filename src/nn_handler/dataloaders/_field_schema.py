@@ -184,8 +184,22 @@ def output_fields(schemas: Sequence[FileSchema], names: Iterable[str]) -> dict[s
                     f"field {name!r} holds strings in one file and numbers in the other "
                     f"({first_path!r}: {first.dtype}, {path!r}: {info.dtype})"
                 )
+        _check_integers_stay_integers(name, infos)
         result[name] = _output_field(name, first.row_shape, [i for _, i in infos])
     return result
+
+
+def _check_integers_stay_integers(name: str, infos: list[tuple[str, FieldInfo]]) -> None:
+    """Refuse integer fields whose only common type is a float (int64 with uint64)."""
+    dtypes = [info.dtype for _, info in infos]
+    if any(d.kind not in "biu" for d in dtypes) or np.result_type(*dtypes).kind in "biu":
+        return
+    listed = ", ".join(f"{path!r}: {info.dtype}" for path, info in infos)
+    raise TypeError(
+        f"field {name!r} is stored as integers that no one integer type holds ({listed}); read "
+        "as one they would become floats and large values would change. Store the field with "
+        "one integer type in every file (or leave it out of load_fields)"
+    )
 
 
 def _output_field(name: str, row_shape: tuple[int, ...], infos: list[FieldInfo]) -> OutputField:

@@ -3,10 +3,9 @@
 Touching a page of a memory map past the end of a file that was truncated after it was mapped
 kills the process with SIGBUS: no Python exception, no traceback. So:
 
-* ``MappedFile`` maps a file through a descriptor it keeps, and ``check(end)`` (one ``fstat``
-  of that descriptor: the mapped file itself, whatever the path names now) must pass before the
-  bytes below ``end`` are touched: the file must still be the one the dataset was built from
-  and at least ``end`` bytes long.
+* ``MappedFile`` maps the file the dataset was built from, and ``check(end)`` (one ``fstat``
+  of the mapped file itself, whatever the path names now) must pass before the bytes below
+  ``end`` are touched: the file must still be at least ``end`` bytes long.
 * ``read_exact`` reads with ``pread``, which returns short instead of faulting; a short read
   is an error.
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import weakref
 from typing import Any
 
 import numpy as np
@@ -27,12 +25,17 @@ __all__ = ["MappedFile", "read_exact"]
 
 
 class MappedFile:
-    """A read-only memory map of one file, with the descriptor kept for checks.
+    """A read-only memory map of one file, checked against the file's size before use.
+
+    The map is made through a descriptor that is checked against ``identity`` first (so it maps
+    the file the dataset was built from, not one renamed into its place since). ``check`` then
+    compares the path's identity with ``identity`` again (rewritten, replaced or truncated:
+    ``FileChangedError``) and asks the map for the mapped file's own size (its duplicate
+    descriptor; one descriptor per map, as ``np.memmap``).
 
     Args:
         path: The file.
-        identity: The file as the dataset saw it when built (checked now and by ``check``),
-            or None to check only sizes.
+        identity: The file as the dataset saw it when built, or None to check only sizes.
         growing: The file may grow (a SWMR writer appends to it).
 
     Raises:
@@ -45,27 +48,25 @@ class MappedFile:
             current = identity_of_fd(fd)
             if identity is not None:
                 check_identity(path, identity, current, growing=growing)
-            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if current.size else None
-        except BaseException:
-            os.close(fd)
-            raise
+            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if current.size else None
+        finally:
+            os.close(fd)  # the map holds its own duplicate: one descriptor per map, as np.memmap
         self.path = path
         self.identity = identity
         self.growing = growing
-        self.fd = fd
         self.data: np.ndarray[Any, np.dtype[np.uint8]] = (
-            np.zeros(0, np.uint8) if mapped is None else np.frombuffer(mapped, dtype=np.uint8)
+            np.zeros(0, np.uint8) if self._map is None else np.frombuffer(self._map, np.uint8)
         )
-        weakref.finalize(self, os.close, fd)
 
     def check(self, end: int) -> None:
         """Raise ``FileChangedError`` unless bytes ``[0, end)`` of the map are safe to touch."""
-        current = identity_of_fd(self.fd)
         if self.identity is not None:
+            current = FileIdentity.of_stat(os.stat(self.path))
             check_identity(self.path, self.identity, current, growing=self.growing)
-        if current.size < end or self.data.size < end:
+        size = 0 if self._map is None else self._map.size()  # fstat of the mapped file
+        if size < end or self.data.size < end:
             raise FileChangedError(
-                f"{self.path!r} is {current.size} bytes now, but reading it needs {end}: it was "
+                f"{self.path!r} is {size} bytes now, but reading it needs {end}: it was "
                 "truncated after the dataset was built. Build the dataset again",
                 self.path,
             )

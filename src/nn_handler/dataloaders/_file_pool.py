@@ -147,9 +147,24 @@ def _as_paths(paths: Any) -> list[str]:
     if not paths:
         raise ValueError(f"paths must name at least one HDF5 file, got {paths!r}")
     result = [os.fspath(p) for p in paths]
-    seen: set[str] = set()
+    seen: dict[Any, str] = {}
     for path in result:
-        if path in seen:
-            raise ValueError(f"paths lists {path!r} twice; each file may appear once")
-        seen.add(path)
+        # the same file under two spellings ("a.h5", "./a.h5", a symlink, a hard link)
+        key = _file_key(path)
+        if key in seen:
+            same = f"{path!r} twice" if seen[key] == path else f"{seen[key]!r} and {path!r}"
+            raise ValueError(
+                f"paths lists {same}, the same file; each file may appear once "
+                "(its samples would be read twice)"
+            )
+        seen[key] = path
     return result
+
+
+def _file_key(path: str) -> Any:
+    """``(device, inode)`` of an existing file, else its resolved path."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)  # missing: H5Source raises FileNotFoundError next
+    return (st.st_dev, st.st_ino)

@@ -226,7 +226,8 @@ class RowReader:
         # byte k: gathering any set of row offsets is then a single fancy-index call.
         if self._view is None or self._view_pid != os.getpid():
             # mapped through a descriptor we keep: the mapped file is checked before each read
-            self._file_map = MappedFile(self.source.path, self.source.identity)
+            source = self.source
+            self._file_map = MappedFile(source.path, source.identity, growing=source.may_grow)
             mapped = self._file_map.data
             self._view = np.ndarray(
                 shape=(mapped.size - self.row_nbytes + 1,),

@@ -149,7 +149,7 @@ class SampleReader:
             if source.identity is not None:
                 try:  # the file the layouts were checked in, not one renamed into its place
                     current = identity_of_fd(fd)
-                    check_identity(source.path, source.identity, current, growing=source.swmr_mode)
+                    check_identity(source.path, source.identity, current, growing=source.may_grow)
                 except OSError:
                     os.close(fd)
                     raise

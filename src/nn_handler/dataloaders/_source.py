@@ -105,6 +105,8 @@ class H5Source:
         self._fd = -1  # HDF5's descriptor of the open file, for identity checks
         #: the file as it was when first opened (what layouts were computed from)
         self.identity: FileIdentity | None = None
+        #: a SWMR writer held the file when it was first opened: it may grow while we read
+        self.may_grow = False
 
     @property
     def is_path(self) -> bool:
@@ -189,7 +191,7 @@ class H5Source:
             current = identity_of_fd(fd)
         except OSError:  # closed under us: the next open checks again
             return
-        check_identity(self.path, recorded, current, growing=self.swmr_mode)
+        check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
 
     @property
     def swmr_mode(self) -> bool:
@@ -260,9 +262,11 @@ class H5Source:
             return
         if self.identity is None:
             self.identity = current
+            self.may_grow = bool(handle.swmr_mode)
         else:
             try:
-                check_identity(self.path, self.identity, current, growing=handle.swmr_mode)
+                growing = self.may_grow or bool(handle.swmr_mode)
+                check_identity(self.path, self.identity, current, growing=growing)
             except FileChangedError:
                 handle.close()
                 raise
