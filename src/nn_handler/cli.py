@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__
 from .dataloaders._memory import format_bytes
-from .h5inspect import DatasetReport, FileReport, inspect_file
+from .h5inspect import DatasetReport, FileReport, escape_control, inspect_file
 
 __all__ = ["main"]
 
@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _EXPECTED_ERRORS as exc:
         if args.debug:
             raise
-        print(f"nn-handler {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        message = escape_control(_one_line(exc))  # messages may quote names from a file
+        print(f"nn-handler {args.command}: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"nn-handler {args.command}: interrupted", file=sys.stderr)
@@ -278,7 +279,8 @@ def format_report(report: FileReport) -> str:
     if report.advice:
         lines.append("advice:")
         lines.extend(f"  - {a}" for a in report.advice)
-    return "\n".join(lines)
+    # names and attributes come from the file: never let them drive the terminal
+    return "\n".join(escape_control(line) for line in lines)
 
 
 def _dataset_lines(d: DatasetReport) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from .dataloaders._memory import format_bytes
 from .dataloaders._reader import RowReader
 from .dataloaders._source import FileOptions, H5Source
 
-__all__ = ["DatasetReport", "FileReport", "GroupReport", "inspect_file"]
+__all__ = ["DatasetReport", "FileReport", "GroupReport", "escape_control", "inspect_file"]
 
 _FILTER_NAMES = {
     1: "gzip",
@@ -320,3 +321,22 @@ def _file_advice(datasets: list[DatasetReport]) -> list[str]:
 
 def _round_up_mib(n: int) -> int:
     return -(-n // 1024**2) * 1024**2
+
+
+# C0 and C1 controls, DEL, and the Unicode line separators and bidi overrides/isolates that can
+# rewrite what a terminal shows (a name holding "\x1b[2J" would clear the screen)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_control(text: str) -> str:
+    r"""Return ``text`` with control characters written as escapes (``\x1b``, ``\u202e``).
+
+    Names and attributes come from the file, so whoever wrote it decides what they contain;
+    printed raw, escape sequences in them would drive the reader's terminal.
+    """
+    return _CONTROL.sub(_escape_one, text)
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
