@@ -4,6 +4,13 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
+from ._errors import (
+    CorruptFileError,
+    DataFileError,
+    ExternalDataError,
+    FileChangedError,
+    MissingFilterError,
+)
 from ._threads import decode_threads, set_decode_threads
 from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
@@ -23,12 +30,17 @@ from .samplers import (
 __all__ = [
     "ChunkShuffleSampler",
     "CombinedHDF5Dataset",
+    "CorruptFileError",
+    "DataFileError",
     "DevicePrefetcher",
     "DistributedEpochSampler",
     "EpochBatchSampler",
     "EpochShuffleSampler",
+    "ExternalDataError",
+    "FileChangedError",
     "H5LazyDataset",
     "H5SampleDataset",
+    "MissingFilterError",
     "RankMemCachedH5Dataset",
     "_balanced_contiguous_shard",
     "_interleaved_indices",

@@ -115,8 +115,13 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         rdcc_nbytes: HDF5 chunk cache per open dataset, in bytes.
         rdcc_nslots: Hash slots of the chunk cache.
         rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode where possible.
+        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
+            are opened plainly, which refuses truncated or corrupt files at once).
         locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
+        allow_external_files: Read data that lives in files outside the data file's
+            directory (external links, external storage, virtual-dataset sources). Off by
+            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
+            any readable file, e.g. ``/etc/passwd``, as samples).
 
     Raises:
         ValueError: no paths, a path twice, ``epoch_min > epoch_max``, ``label`` outside the
@@ -161,6 +166,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         rdcc_w0: float = 0.75,
         swmr: bool = True,
         locking: LockingMode = "best-effort",
+        allow_external_files: bool = False,
     ) -> None:
         self.dtype = check_float_dtype(dtype)
         self.cache_size = check_non_negative_int("cache_size", cache_size)
@@ -181,7 +187,9 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         fields = field_list(load_fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
-        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        options = FileOptions(
+            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+        )
         self._pool = FilePool(paths, options, keys, max_open_files)
         try:
             self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)

@@ -48,9 +48,14 @@ class H5LazyDataset(Dataset[Sample]):
         rdcc_nbytes: HDF5 chunk-cache size per dataset, in bytes.
         rdcc_nslots: Hash slots of the chunk cache.
         rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode where possible (falls back with one warning).
+        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
+            are opened plainly, which refuses truncated or corrupt files at once).
         locking: h5py file locking: ``"best-effort"`` (default; works on NFS/Lustre),
             ``True``, ``False`` or ``None`` (HDF5's default).
+        allow_external_files: Read data that lives in files outside the data file's
+            directory (external links, external storage, virtual-dataset sources). Off by
+            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
+            any readable file, e.g. ``/etc/passwd``, as samples).
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -82,6 +87,7 @@ class H5LazyDataset(Dataset[Sample]):
         swmr: bool = True,
         *,
         locking: LockingMode = "best-effort",
+        allow_external_files: bool = False,
     ) -> None:
         check_key("x_key", x_key, optional=False)
         check_key("y_key", y_key, optional=True)
@@ -91,7 +97,9 @@ class H5LazyDataset(Dataset[Sample]):
         self.y_dtype = numpy_dtype("y_dtype", y_dtype)
         self.transform = transform
         self.target_transform = target_transform
-        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        options = FileOptions(
+            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+        )
         self._source = H5Source(path, options)
         self._x = RowReader(self._source, x_key, arg="x_key")
         check_tensor_dtype("x_key", x_key, self._x.dtype, self.x_dtype)

@@ -55,8 +55,13 @@ class H5SampleDataset(Dataset[Sample]):
         sidecar: Keep the index of each file in ``<file>.nnh-index.npz`` next to it and reuse
             it while the file's size and mtime and ``group`` / ``pattern`` are unchanged. A
             directory that cannot be written just means no sidecar (one log line).
-        swmr: Open files in SWMR read mode where possible.
+        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
+            are opened plainly, which refuses truncated or corrupt files at once).
         locking: h5py file locking: ``"best-effort"`` (default), ``True``, ``False`` or None.
+        allow_external_files: Read data that lives in files outside the data file's
+            directory (external links, external storage, virtual-dataset sources). Off by
+            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
+            any readable file, e.g. ``/etc/passwd``, as samples).
 
     Members of ``group`` that are not datasets (sub-groups, named types, dangling links) are
     skipped; ``skipped`` counts them and a warning is logged with their names.
@@ -93,6 +98,7 @@ class H5SampleDataset(Dataset[Sample]):
         sidecar: bool = True,
         swmr: bool = True,
         locking: LockingMode = "best-effort",
+        allow_external_files: bool = False,
     ) -> None:
         self._paths = _check_paths(paths)
         self._group = _check_group(group)
@@ -105,7 +111,7 @@ class H5SampleDataset(Dataset[Sample]):
         self.transform = transform
         if not isinstance(sidecar, bool):
             raise TypeError(f"sidecar must be True or False, got {sidecar!r}")
-        options = FileOptions(swmr=swmr, locking=locking)
+        options = FileOptions(swmr=swmr, locking=locking, allow_external_files=allow_external_files)
         self._sources = [H5Source(p, options) for p in self._paths]
         try:
             result = index_files(self._sources, self._group, self._pattern, self._limit, sidecar)

@@ -85,7 +85,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         rdcc_nbytes: HDF5 chunk-cache size used while preloading.
         rdcc_nslots: Hash slots of the chunk cache.
         rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode where possible.
+        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
+            are opened plainly, which refuses truncated or corrupt files at once).
         log_fn: Receives the log lines (load size, time and speed; single-process notice).
         rank: This process's rank; detected (``torch.distributed``, then ``RANK``) when None.
         world_size: Number of ranks; detected (``torch.distributed``, then ``WORLD_SIZE``)
@@ -96,6 +97,10 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             batches are gathered there (one ``index_select`` on the device, no host copy).
             Serve it from the main process (``num_workers=0``); incompatible with
             ``share_memory``. None (default) keeps it in host RAM.
+        allow_external_files: Read data that lives in files outside the data file's
+            directory (external links, external storage, virtual-dataset sources). Off by
+            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
+            any readable file, e.g. ``/etc/passwd``, as samples).
 
     Raises:
         FileNotFoundError / OSError: the file is missing or not HDF5.
@@ -139,6 +144,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         locking: LockingMode = "best-effort",
         equal_steps: EqualSteps = "pad",
         cache_device: str | torch.device | None = None,
+        allow_external_files: bool = False,
     ) -> None:
         device = None if cache_device is None else check_device("cache_device", cache_device)
         if device is not None and device.type != "cpu" and share_memory:
@@ -158,7 +164,10 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.transform, self.target_transform = transform, target_transform
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
-        source = H5Source(path, FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking))
+        options = FileOptions(
+            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+        )
+        source = H5Source(path, options)
         self.path = source.path
         try:
             readers = open_readers(source, x_key, y_key)
