@@ -29,7 +29,7 @@ _TRUNCATED = re.compile(r"truncated file", re.I)
 _NOT_HDF5 = re.compile(r"file signature not found|not an hdf5 file", re.I)
 _WRITER = re.compile(r"already open for write|file consistency flags", re.I)
 _CORRUPT = re.compile(
-    r"checksum|signature|bad (?:object header|b-tree|heap|symbol table|version)|"
+    r"checksum|signature|superblock|bad (?:object header|b-tree|heap|symbol table|version)|"
     r"unable to (?:load|read|decode|deserialize|protect)|addr(?:ess)? overflow|"
     r"wrong (?:b-tree|version)|invalid|corrupt|can't (?:read|decode|open object)",
     re.I,
@@ -67,7 +67,7 @@ def is_writer_flag_error(exc: BaseException) -> bool:
 
 def explain_open_error(path: str, exc: BaseException) -> OSError:
     """Return an error for ``exc`` (from opening ``path``) that names the real cause."""
-    text = str(exc)
+    text = getattr(exc, "strerror", None) or str(exc)
     code = getattr(exc, "errno", None)
     if code in _LOCK_ERRNOS or _LOCK_TEXT.search(text):
         return _os_error(
