@@ -403,18 +403,33 @@ def _gather(
     cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None, pinned: bool
 ) -> Any:
     if fn is not None:
-        return torch.stack([fn(row) for row in torch.index_select(cache, 0, idx).unbind(0)])
+        return torch.stack([fn(row) for row in _index_select(cache, idx).unbind(0)])
     if not pinned:
-        return torch.index_select(cache, 0, idx)
+        return _index_select(cache, idx)
     out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, pin_memory=True)
-    return torch.index_select(cache, 0, idx, out=out)
+    return _index_select(cache, idx, out)
 
 
 def _split(
     cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None
 ) -> Sequence[Any]:
-    rows = torch.index_select(cache, 0, idx).unbind(0)  # one gather, then views of its rows
+    rows = _index_select(cache, idx).unbind(0)  # one gather, then views of its rows
     return rows if fn is None else [fn(row) for row in rows]
+
+
+# torch has no 1-d index_select kernel for uint16/32/64: gather their bits as the signed type
+# of the same size (a view, no copy) and view the result back
+_SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def _index_select(
+    cache: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    twin = _SIGNED_TWIN.get(cache.dtype)
+    if twin is None:
+        return torch.index_select(cache, 0, idx, out=out)
+    target = None if out is None else out.view(twin)
+    return torch.index_select(cache.view(twin), 0, idx, out=target).view(cache.dtype)
 
 
 def _no_log(message: str) -> None:
