@@ -200,10 +200,14 @@ class ChunkBlocks:
             offset, dest = task
             try:
                 mask, raw = dset_id.read_direct_chunk(offset)
-            except RuntimeError as exc:
-                if "not allocated" not in str(exc):
-                    raise self._corrupt(offset, exc) from exc
-                return task  # never written: h5py serves the fill value
+            except (RuntimeError, MemoryError) as exc:
+                # never written: h5py serves the fill value (h5py raises MemoryError when the
+                # dataset has no chunk at all: it allocates the chunk's 0 bytes)
+                if dset_id.get_chunk_info_by_coord(offset).byte_offset is None:
+                    return task
+                if isinstance(exc, MemoryError):
+                    raise
+                raise self._corrupt(offset, exc) from exc
             try:
                 chunk = codec.decode(raw, mask)
             except ChunkDecodeError as exc:

@@ -18,6 +18,7 @@ __all__ = [
     "FileChangedError",
     "MissingFilterError",
     "explain_open_error",
+    "is_corruption",
     "is_writer_flag_error",
 ]
 
@@ -58,6 +59,11 @@ class MissingFilterError(DataFileError):
 
 class ExternalDataError(DataFileError, PermissionError):
     """A dataset's data lives in another file outside the data file's directory (refused)."""
+
+
+def is_corruption(text: str) -> bool:
+    """True when an HDF5 error message says the file's bytes are damaged."""
+    return bool(_CORRUPT.search(text) or _TRUNCATED.search(text))
 
 
 def is_writer_flag_error(exc: BaseException) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ._errors import CorruptFileError, ExternalDataError, MissingFilterError
+from ._errors import CorruptFileError, DataFileError, ExternalDataError, MissingFilterError
 from ._source import H5Source
 
 __all__ = ["ChunkTable", "Layout", "inspect_layout"]
@@ -75,7 +75,14 @@ def inspect_layout(dset: h5py.Dataset, source: H5Source, key: str) -> Layout:
         ExternalDataError: its data reaches outside the data file's directory.
         CorruptFileError: a byte range of it lies outside the file, or a chunk's size cannot be.
     """
-    where = f"dataset {key!r} of {source.path!r}"
+    try:
+        return _inspect(dset, source, f"dataset {key!r} of {source.path!r}")
+    except DataFileError as exc:
+        exc.path = exc.path or source.path
+        raise
+
+
+def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
     plist = dset.id.get_create_plist()
     _check_filters(plist, where)
     in_file = _in_this_file(dset, source)
@@ -159,11 +166,16 @@ def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -
     def record(info: Any) -> None:
         found.append((*info.chunk_offset, info.byte_offset, info.size, info.filter_mask))
 
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(record)
-    else:  # h5py built against HDF5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            record(dset.id.get_chunk_info(i))
+    try:
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(record)
+        else:  # h5py built against HDF5 < 1.12.3
+            for i in range(dset.id.get_num_chunks()):
+                record(dset.id.get_chunk_info(i))
+    except (RuntimeError, OSError, KeyError, ValueError) as exc:
+        raise CorruptFileError(
+            f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None
+        ) from exc
     rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
     table = ChunkTable(rows[:, :rank], rows[:, rank], rows[:, rank + 1], rows[:, rank + 2])
     _check_chunks(table, dset, plist, size, where)

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import importlib
 import os
+import re
 import threading
 import weakref
 from dataclasses import dataclass
@@ -19,7 +20,13 @@ from typing import IO, Any, Literal
 
 import h5py
 
-from ._errors import FileChangedError, explain_open_error, is_writer_flag_error
+from ._errors import (
+    CorruptFileError,
+    FileChangedError,
+    explain_open_error,
+    is_corruption,
+    is_writer_flag_error,
+)
 from ._identity import FileIdentity, check_identity, identity_of_fd
 from ._validate import check_choice, check_non_negative_int, check_probability, format_names
 
@@ -31,6 +38,8 @@ _LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 # Sources with an open handle in some process; h5_worker_init_fn walks it in a new worker.
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
 _PLUGINS = {"loaded": False}
+# what h5py says for a path that does not exist (as opposed to one it cannot read)
+_MISSING = re.compile(r"doesn't exist|does not exist|not found|component not found", re.I)
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,7 @@ class H5Source:
         Raises:
             KeyError: ``key`` is missing; the message lists the datasets the file has.
             TypeError: ``key`` names a group, not a dataset.
+            CorruptFileError: ``key`` exists but its metadata cannot be read.
         """
         handle = self.file
         cached = self._datasets.get(key if chunk_cache else f"{key}\0nocache")
@@ -150,7 +160,7 @@ class H5Source:
             return cached
         if not chunk_cache:
             return self._open_uncached(key, arg)
-        obj = handle.get(key)
+        obj = self._lookup(handle, key, arg)
         if obj is None:
             raise KeyError(
                 f"{arg}={key!r} not found in {self.path!r}; the file has datasets: "
@@ -163,6 +173,21 @@ class H5Source:
             )
         self._datasets[key] = obj
         return obj
+
+    def _lookup(self, handle: h5py.File, key: str, arg: str) -> Any:
+        """``handle[key]``, None when missing; a damaged object is an error, not "missing"."""
+        try:
+            return handle[key]
+        except (KeyError, RuntimeError, OSError) as exc:
+            text = str(exc.args[0]) if exc.args else str(exc)
+            if _MISSING.search(text):
+                return None
+            if is_corruption(text):
+                raise CorruptFileError(
+                    f"{arg}={key!r} in {self.path!r} cannot be read: the file is damaged ({text})",
+                    self.path,
+                ) from exc
+            raise KeyError(f"{arg}={key!r} in {self.path!r} cannot be opened: {text}") from exc
 
     def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
         self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
@@ -294,7 +319,10 @@ def dataset_keys(group: h5py.Group) -> list[str]:
         if isinstance(obj, h5py.Dataset):
             found.append(name)
 
-    group.visititems(visit)
+    try:
+        group.visititems(visit)
+    except (RuntimeError, KeyError, OSError):  # a damaged file: list what could be read
+        found.append("… (the rest cannot be listed: the file is damaged)")
     return found
 
 
