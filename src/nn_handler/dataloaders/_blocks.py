@@ -200,10 +200,10 @@ class ChunkBlocks:
             offset, dest = task
             try:
                 mask, raw = dset_id.read_direct_chunk(offset)
-            except (RuntimeError, MemoryError) as exc:
-                # never written: h5py serves the fill value (h5py raises MemoryError when the
-                # dataset has no chunk at all: it allocates the chunk's 0 bytes)
-                if dset_id.get_chunk_info_by_coord(offset).byte_offset is None:
+            except (RuntimeError, MemoryError, OSError) as exc:
+                # never written: h5py serves the fill value (h5py raises MemoryError or
+                # OSError when the dataset has no chunk at all)
+                if _unwritten(dset_id, offset):
                     return task
                 if isinstance(exc, MemoryError):
                     raise
@@ -237,6 +237,14 @@ class ChunkBlocks:
 
     def _inside(self, block: int, start: int, stop: int) -> bool:
         return start <= self._start(block) and self._stop(block) <= stop
+
+
+def _unwritten(dset_id: Any, offset: tuple[int, ...]) -> bool:
+    """True when the chunk at ``offset`` was never written (HDF5 serves the fill value)."""
+    try:
+        return dset_id.get_chunk_info_by_coord(offset).byte_offset is None
+    except (RuntimeError, OSError, ValueError) as exc:
+        return "not initialized" in str(exc) or "not allocated" in str(exc)
 
 
 def _tiles(
