@@ -58,9 +58,13 @@ class MappedFile:
             np.zeros(0, np.uint8) if self._map is None else np.frombuffer(self._map, np.uint8)
         )
 
-    def check(self, end: int) -> None:
-        """Raise ``FileChangedError`` unless bytes ``[0, end)`` of the map are safe to touch."""
-        if self.identity is not None:
+    def check(self, end: int, identity: bool = True) -> None:
+        """Raise ``FileChangedError`` unless bytes ``[0, end)`` of the map are safe to touch.
+
+        ``identity=False`` skips the path's ``stat`` (the caller just checked the same file
+        through another descriptor); the mapped file's size is always checked.
+        """
+        if identity and self.identity is not None:
             current = FileIdentity.of_stat(os.stat(self.path))
             check_identity(self.path, self.identity, current, growing=self.growing)
         size = 0 if self._map is None else self._map.size()  # fstat of the mapped file

@@ -112,9 +112,9 @@ class RowReader:
         idx = as_index_array(indices, self.length)
         if out is not None:
             self._output(len(idx), out)
-        self.source.check_unchanged()
+        checked = self.source.check_unchanged()
         if self._mapped is not None and idx.size:
-            rows = self._gather_mapped(idx)
+            rows = self._gather_mapped(idx, checked)
             if out is None:
                 return rows
             out[...] = rows
@@ -132,9 +132,10 @@ class RowReader:
     def read_row(self, index: Any) -> np.ndarray[Any, Any]:
         """Return one row as an array the caller owns (negative indices allowed)."""
         i = normalize_index(index, self.length)
-        self.source.check_unchanged()
+        checked = self.source.check_unchanged()
         if self._mapped is not None:
-            return self._gather_mapped(np.array([i], dtype=np.int64)).reshape(self.row_shape)
+            one = np.array([i], dtype=np.int64)
+            return self._gather_mapped(one, checked).reshape(self.row_shape)
         if self._blocks is not None:
             return self.read(np.array([i], dtype=np.int64)).reshape(self.row_shape)
         row = self._dataset()[i]
@@ -151,9 +152,9 @@ class RowReader:
         out = self._output(stop - start, out)
         if stop == start:
             return out
-        self.source.check_unchanged()
+        checked = self.source.check_unchanged()
         if self._mapped is not None:
-            self._copy_mapped_range(start, stop, out)
+            self._copy_mapped_range(start, stop, out, checked)
         elif self._blocks is not None:
             self._blocks.read_range(self._dataset(), start, stop, out)
         elif self.dtype.hasobject:
@@ -196,23 +197,27 @@ class RowReader:
             )
         return out
 
-    def _gather_mapped(self, idx: IndexArray) -> np.ndarray[Any, Any]:
+    def _gather_mapped(self, idx: IndexArray, checked: bool = False) -> np.ndarray[Any, Any]:
         assert self._mapped is not None
         rows_per_chunk, chunk_offsets = self._mapped
         offsets = chunk_offsets[idx // rows_per_chunk] + (idx % rows_per_chunk) * self.row_nbytes
         view = self._mapped_view()
         assert self._file_map is not None
-        self._file_map.check(self._mapped_end)  # a page past a truncated end is SIGBUS
+        # a page past a truncated end is SIGBUS; the path's identity only when HDF5's
+        # descriptor was not just checked
+        self._file_map.check(self._mapped_end, identity=not checked)
         raw: np.ndarray[Any, Any] = view[offsets]
         return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
 
-    def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
+    def _copy_mapped_range(
+        self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool = False
+    ) -> None:
         # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
         assert self._mapped is not None
         rows_per_chunk, chunk_offsets = self._mapped
         self._mapped_view()
         assert self._file_map is not None
-        self._file_map.check(self._mapped_end)  # a page past a truncated end is SIGBUS
+        self._file_map.check(self._mapped_end, identity=not checked)  # else SIGBUS
         raw = self._file_map.data
         for chunk in range(start // rows_per_chunk, (stop - 1) // rows_per_chunk + 1):
             first = chunk * rows_per_chunk

@@ -113,9 +113,11 @@ class SampleReader:
         if sample is not None and sample < len(self._checked) and self._checked[sample]:
             return self._checked[sample]
         source = self._sources[file_no]
-        name = h5py.h5i.get_name(dsid).decode("utf-8", "surrogateescape")
-        layout = inspect_layout(h5py.Dataset(dsid), source, name)
-        state = _IN_FILE if layout.in_file else _ELSEWHERE
+        state = _plain_in_file(dsid, source)
+        if state == _UNCHECKED:  # anything but a plain dataset of this file: the full check
+            name = h5py.h5i.get_name(dsid).decode("utf-8", "surrogateescape")
+            layout = inspect_layout(h5py.Dataset(dsid), source, name)
+            state = _IN_FILE if layout.in_file else _ELSEWHERE
         if sample is not None:
             if sample >= len(self._checked):
                 self._checked.extend(bytes(sample + 1 - len(self._checked)))
@@ -173,6 +175,26 @@ class SampleReader:
             "_checked": bytearray(),
             "_pid": -1,
         }
+
+
+def _plain_in_file(dsid: Any, source: H5Source) -> int:
+    """Check the common case with a few cheap calls; ``_UNCHECKED`` for anything else.
+
+    The common case is a compact dataset, or an unfiltered contiguous one inside the file, of
+    this very file (not reached through an external link).
+    """
+    if dsid.fileno != source.file.id.fileno:
+        return _UNCHECKED  # reached through an external link
+    plist = dsid.get_create_plist()
+    layout = plist.get_layout()
+    if layout == h5py.h5d.COMPACT:
+        return _IN_FILE
+    if layout != h5py.h5d.CONTIGUOUS or plist.get_external_count() or plist.get_nfilters():
+        return _UNCHECKED
+    offset, size = dsid.get_offset(), source.identity.size if source.identity else None
+    if offset is None or size is None or offset + dsid.get_storage_size() <= size:
+        return _IN_FILE
+    return _UNCHECKED  # past the end: the full check says so, naming the dataset
 
 
 def _data_type(tid: Any) -> _DataType:

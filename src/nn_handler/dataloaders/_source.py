@@ -203,20 +203,22 @@ class H5Source:
         with self._lock:
             self._forget()
 
-    def check_unchanged(self) -> None:
+    def check_unchanged(self) -> bool:
         """Raise ``FileChangedError`` if the open file is no longer the one first opened.
 
         One ``fstat`` of HDF5's own descriptor (the file HDF5 reads, whatever the path names
-        now); a no-op for file objects and before the first open.
+        now). Returns whether it checked: not for file objects, nor while this process has the
+        file closed (the next open checks).
         """
         fd, recorded = self._fd, self.identity
         if fd < 0 or recorded is None or self._pid != os.getpid():
-            return
+            return False
         try:
             current = identity_of_fd(fd)
         except OSError:  # closed under us: the next open checks again
-            return
+            return False
         check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
+        return True
 
     @property
     def swmr_mode(self) -> bool:
