@@ -173,7 +173,9 @@ def test_two_workers_yield_what_the_main_process_yields(files, context):
 def test_bad_arguments(files):
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'cache'; loader arguments"):
         create_optimized_dataloader(files, 4, 0, cache=3)
-    with pytest.raises(TypeError, match=re.escape("dataset arguments: 'allowed_guids'")):
+    with pytest.raises(
+        TypeError, match=re.escape("dataset arguments: 'allow_external_files', 'allowed_guids'")
+    ):
         create_optimized_dataloader(files, 4, 0, generator=None)
     with pytest.raises(TypeError, match="pass the files as hdf5_files"):
         create_optimized_dataloader(files, 4, 0, paths=files)

@@ -83,6 +83,7 @@ def test_seed_signature():
         "locking": "best-effort",
         "equal_steps": "pad",
         "cache_device": None,
+        "allow_external_files": False,
     }
 
 
