@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from datetime import timedelta
@@ -48,8 +49,9 @@ if __name__ == "__main__":
     try:
         for x, _ in loader:
             seen += len(x)
-    except RuntimeError as exc:
-        print(round(time.monotonic() - start, 1), seen, exc, flush=True)
+    except Exception as exc:  # torch's RuntimeError, or the pipe's ConnectionResetError first
+        line = f"{{time.monotonic() - start:.1f}} {{seen}} {{type(exc).__name__}} {{exc}}"
+        os.write(1, line.encode())  # one call: torch's SIGCHLD handler may raise between two
     os._exit(0)  # the surviving worker's broken pipe is shutdown noise, not the point here
 """
 
@@ -61,10 +63,18 @@ def test_killed_dataloader_worker_is_an_error_not_a_hang(tmp_path, context):
     script = tmp_path / "loader.py"  # spawn workers import the main module: a real file
     tests = str(Path(__file__).parent)
     script.write_text(KILLED_WORKER.format(tests=tests, data=str(data), context=context))
+    began = time.monotonic()
     done = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", JOIN)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seconds, seen, message = done.stdout.split(" ", 2)
-    assert "DataLoader worker" in message and ("killed by signal" in message or "exited" in message)
+    assert time.monotonic() - began < JOIN  # run_python's timeout would have raised anyway
+    if not done.stdout:  # torch's SIGCHLD handler may raise again while we report: stderr
+        assert re.search(r"killed by signal|exited unexpectedly|ConnectionReset", done.stderr)
+        return
+    seconds, seen, kind, message = done.stdout.split(" ", 3)
+    if kind == "RuntimeError":
+        assert "DataLoader worker" in message
+        assert "killed by signal" in message or "exited unexpectedly" in message
+    else:  # spawn: the dead worker's pipe can fail before torch's SIGCHLD check reports it
+        assert kind in ("ConnectionResetError", "BrokenPipeError", "EOFError"), kind
     assert float(seconds) < JOIN and int(seen) < 64
 
 
