@@ -2,7 +2,7 @@
 exception within 10 s, never wrong data, a hang or a signal.
 
 Every case is read in child processes (``corruption.py``), once with h5py for the reference and
-once with ``H5LazyDataset`` (batch, per-sample and whole-range reads). CI reads one seed of the
+once with ``H5LazyDataset`` (batch, per-sample and whole-range reads). CI reads two seeds of the
 corpus; ``NN_HANDLER_SLOW=1`` reads five. ``NN_HANDLER_CORPUS_REPORT=path.json`` writes the
 counts and every case's outcome there.
 """
@@ -46,7 +46,7 @@ def verdict(reference: Outcome, ours: Outcome) -> str:
 
 def test_damaged_files_read_right_or_fail_cleanly(tmp_path):
     cases: list[Case] = []
-    for seed in range(5 if SLOW else 1):
+    for seed in range(5 if SLOW else 2):
         folder = tmp_path / f"seed{seed}"
         folder.mkdir()
         cases += build_corpus(folder, seed, flips_per_region=3 if SLOW else 2)

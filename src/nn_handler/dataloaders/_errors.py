@@ -29,12 +29,8 @@ _LOCK_TEXT = re.compile(r"unable to (?:un)?lock file|file locking|errno = (?:11|
 _TRUNCATED = re.compile(r"truncated file", re.I)
 _NOT_HDF5 = re.compile(r"file signature not found|not an hdf5 file", re.I)
 _WRITER = re.compile(r"already open for write|file consistency flags", re.I)
-_CORRUPT = re.compile(
-    r"checksum|signature|superblock|bad (?:object header|b-tree|heap|symbol table|version)|"
-    r"unable to (?:load|read|decode|deserialize|protect)|addr(?:ess)? overflow|"
-    r"wrong (?:b-tree|version)|invalid|corrupt|can't (?:read|decode|open object)",
-    re.I,
-)
+_SYSTEM = re.compile(r"errno = \d+|permission denied|too many open files|no such file", re.I)
+_EXTERNAL = re.compile(r"external (?:link|file)|unable to open file", re.I)
 
 
 class DataFileError(OSError):
@@ -62,8 +58,11 @@ class ExternalDataError(DataFileError, PermissionError):
 
 
 def is_corruption(text: str) -> bool:
-    """True when an HDF5 error message says the file's bytes are damaged."""
-    return bool(_CORRUPT.search(text) or _TRUNCATED.search(text))
+    """True when an HDF5 error message (opening an object) says the file's bytes are damaged.
+
+    Anything but a missing external file, a system error (``errno = …``) or a locking failure.
+    """
+    return not (_SYSTEM.search(text) or _LOCK_TEXT.search(text) or _EXTERNAL.search(text))
 
 
 def is_writer_flag_error(exc: BaseException) -> bool:
@@ -98,7 +97,9 @@ def explain_open_error(path: str, exc: BaseException) -> OSError:
             "wait for the writer, open with swmr=True if it writes in SWMR mode, or clear the "
             "flag of a dead writer with `h5clear -s`"
         )
-    if _CORRUPT.search(text):
+    if code is None and not _SYSTEM.search(text):
+        # the signature is there (checked before opening) but HDF5 cannot make sense of the
+        # metadata after it: bad checksums, versions, sizes, addresses, ring types, …
         return CorruptFileError(
             f"{path!r} is corrupt: HDF5 cannot read its metadata ({text})", path
         )

@@ -6,7 +6,8 @@ recorded past the end of the file reads as zeros, a chunk recorded as 1 byte mak
 Fletcher-32 filter read before its buffer (SIGSEGV), an external-storage dataset can point at
 ``/etc/passwd``. So, once per dataset and before any read (ours or h5py's):
 
-* every filter the dataset needs is available (else ``MissingFilterError``);
+* every filter the dataset needs is available (else ``MissingFilterError``), with parameters
+  HDF5 accepts (a gzip level outside 0-9: ``CorruptFileError``);
 * data in other files (external links, external storage, virtual sources) stays inside the data
   file's directory unless the user allows otherwise (else ``ExternalDataError``);
 * every byte range lies inside the file: the contiguous block, and each chunk of the chunk table,
@@ -35,6 +36,7 @@ from ._source import H5Source
 __all__ = ["ChunkTable", "Layout", "inspect_layout"]
 
 _FLETCHER32 = int(h5py.h5z.FILTER_FLETCHER32)
+_DEFLATE = int(h5py.h5z.FILTER_DEFLATE)
 _CHECKSUM_BYTES = 4
 _ORIGIN = b"${ORIGIN}"
 
@@ -101,7 +103,14 @@ def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
 
 def _check_filters(plist: Any, where: str) -> None:
     for i in range(plist.get_nfilters()):
-        code, _flags, _values, name = plist.get_filter(i)
+        code, _flags, values, name = plist.get_filter(i)
+        if int(code) == _DEFLATE and not (len(values) == 1 and 0 <= values[0] <= 9):
+            # HDF5's own filter refuses to run then; our decoder would not need the level
+            raise CorruptFileError(
+                f"{where} records gzip parameters {tuple(values)}; HDF5 accepts one level in "
+                "0-9: the dataset's filter pipeline is damaged",
+                None,
+            )
         if not h5py.h5z.filter_avail(code):
             label = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
             raise MissingFilterError(
