@@ -65,8 +65,10 @@ class MappedFile:
         through another descriptor); the mapped file's size is always checked.
         """
         if identity and self.identity is not None:
-            current = FileIdentity.of_stat(os.stat(self.path))
-            check_identity(self.path, self.identity, current, growing=self.growing)
+            st = os.stat(self.path)
+            if not self.identity.matches(st):
+                current = FileIdentity.of_stat(st)
+                check_identity(self.path, self.identity, current, growing=self.growing)
         size = 0 if self._map is None else self._map.size()  # fstat of the mapped file
         if size < end or self.data.size < end:
             raise FileChangedError(

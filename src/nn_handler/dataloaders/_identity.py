@@ -34,6 +34,15 @@ class FileIdentity:
         """The identity of a ``stat`` result."""
         return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev))
 
+    def matches(self, st: os.stat_result) -> bool:
+        """True when ``st`` is this identity (the per-batch fast path: no object built)."""
+        return (
+            st.st_size == self.size
+            and st.st_mtime_ns == self.mtime_ns
+            and st.st_ino == self.ino
+            and st.st_dev == self.dev
+        )
+
 
 def identity_of_fd(fd: int) -> FileIdentity:
     """The identity of the open file ``fd`` (the file itself, whatever its path is now)."""

@@ -214,10 +214,12 @@ class H5Source:
         if fd < 0 or recorded is None or self._pid != os.getpid():
             return False
         try:
-            current = identity_of_fd(fd)
+            st = os.fstat(fd)
         except OSError:  # closed under us: the next open checks again
             return False
-        check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
+        if not recorded.matches(st):  # (asking h5py for the SWMR mode costs more than fstat)
+            current = FileIdentity.of_stat(st)
+            check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
         return True
 
     @property
