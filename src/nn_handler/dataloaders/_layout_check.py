@@ -170,22 +170,21 @@ def _contiguous_offset(dset: h5py.Dataset, size: int | None, where: str) -> int 
 
 def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -> ChunkTable:
     rank = len(dset.shape)
-    found: list[tuple[Any, ...]] = []
-
-    def record(info: Any) -> None:
-        found.append((*info.chunk_offset, info.byte_offset, info.size, info.filter_mask))
-
+    infos: list[Any] = []
     try:
         if hasattr(dset.id, "chunk_iter"):
-            dset.id.chunk_iter(record)
+            dset.id.chunk_iter(infos.append)
         else:  # h5py built against HDF5 < 1.12.3
-            for i in range(dset.id.get_num_chunks()):
-                record(dset.id.get_chunk_info(i))
+            infos = [dset.id.get_chunk_info(i) for i in range(dset.id.get_num_chunks())]
     except (RuntimeError, OSError, KeyError, ValueError) as exc:
         raise CorruptFileError(
             f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None
         ) from exc
-    rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
+    found = [(*i.chunk_offset, i.byte_offset, i.size, i.filter_mask) for i in infos]
+    try:
+        rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
+    except (OverflowError, TypeError, ValueError) as exc:  # an address past 2**63, or none
+        raise CorruptFileError(f"{where}: its chunk index is damaged ({exc})", None) from exc
     table = ChunkTable(rows[:, :rank], rows[:, rank], rows[:, rank + 1], rows[:, rank + 2])
     _check_chunks(table, dset, plist, size, where)
     return table
@@ -194,22 +193,30 @@ def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -
 def _check_chunks(
     table: ChunkTable, dset: h5py.Dataset, plist: Any, size: int | None, where: str
 ) -> None:
+    """Vectorized over the table; the first chunk that fails is named."""
     nfilters = plist.get_nfilters()
     chunk_nbytes = math.prod(dset.chunks) * dset.dtype.itemsize
-    fletcher = [i for i in range(nfilters) if int(plist.get_filter(i)[0]) == _FLETCHER32]
+    offsets, sizes, masks = table.offsets, table.sizes, table.masks
     all_skipped = (1 << nfilters) - 1
-    for i in range(len(table)):
-        offset, nbytes, mask = (int(table.offsets[i]), int(table.sizes[i]), int(table.masks[i]))
-        problem = None
-        if offset < 0 or nbytes < 1:
-            problem = f"has offset {offset} and size {nbytes}"
-        elif size is not None and offset + nbytes > size:
-            problem = f"lies at bytes [{offset}, {offset + nbytes}), past the file's {size} bytes"
-        elif mask & all_skipped == all_skipped and nbytes != chunk_nbytes:
-            problem = f"is unfiltered but records {nbytes} bytes instead of {chunk_nbytes}"
-        elif any(not mask >> k & 1 for k in fletcher) and nbytes < _CHECKSUM_BYTES:
-            problem = f"records {nbytes} bytes, less than its Fletcher-32 checksum"
-        if problem is not None:
+    fletcher = np.zeros(len(table), dtype=bool)
+    for k in range(nfilters):
+        if int(plist.get_filter(k)[0]) == _FLETCHER32:
+            fletcher |= (masks >> k) & 1 == 0  # the checksum was applied to this chunk
+    limit = np.iinfo(np.int64).max if size is None else size
+    checks = [
+        ((offsets < 0) | (sizes < 1), "has offset {o} and size {n}"),
+        (offsets + sizes > limit, "lies at bytes [{o}, {e}), past the file's {s} bytes"),
+        (
+            (masks & all_skipped == all_skipped) & (sizes != chunk_nbytes),
+            "is unfiltered but records {n} bytes instead of {c}",
+        ),
+        (fletcher & (sizes < _CHECKSUM_BYTES), "records {n} bytes, less than its Fletcher-32 sum"),
+    ]
+    for bad, text in checks:
+        if bad.any():
+            i = int(np.argmax(bad))
+            o, n = int(offsets[i]), int(sizes[i])
+            problem = text.format(o=o, n=n, e=o + n, s=size, c=chunk_nbytes)
             coords = tuple(int(c) for c in table.coords[i])
             raise CorruptFileError(
                 f"{where}: the chunk at {coords} {problem}; the file is truncated or damaged",
