@@ -14,9 +14,9 @@ from nn_handler.dataloaders import (
     batched_loader,
 )
 from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
-from resume import check_resume
 
-from conftest import h5_rows, images
+from helpers.files import h5_rows, images
+from helpers.resume import check_resume
 
 # (data_len, block_size, window_chunks, world_size)
 configs = st.tuples(st.integers(0, 400), st.integers(1, 40), st.integers(1, 6), st.integers(1, 5))

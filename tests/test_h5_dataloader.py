@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, h5_worker_init_fn
 
-from conftest import LAYOUTS, h5_rows, images
+from helpers.files import LAYOUTS, h5_rows, images
 
 N = 37
 

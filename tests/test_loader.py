@@ -5,7 +5,7 @@ from torch.utils.data import Dataset, Sampler, SequentialSampler
 
 from nn_handler.dataloaders import EpochBatchSampler, H5LazyDataset, batched_loader
 
-from conftest import images
+from helpers.files import images
 
 
 class RecordingSampler(Sampler[int]):

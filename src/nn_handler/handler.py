@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from . import _ddp
-from ._batches import BatchFn, BatchSplitter
-from ._config import (
+from ._training import ddp as _ddp
+from ._training.batches import BatchFn, BatchSplitter
+from ._training.config import (
     build_model,
     check_clip,
     check_flag,
@@ -26,13 +26,13 @@ from ._config import (
     check_train_args,
     note_torchrun,
 )
-from ._device import resolve_precision
-from ._fit import Fit, Record, RunState, evaluate
-from ._loaders import build_loader, warn_if_not_sharded
-from ._persist import load_run, save_run
-from ._slots import Slots
-from ._step import LossFn, Metric, Trainer
-from .dataloaders._validate import check_callable, check_int, check_positive_int
+from ._training.device import resolve_precision
+from ._training.fit import Fit, Record, RunState, evaluate
+from ._training.loaders import build_loader, warn_if_not_sharded
+from ._training.persist import load_run, save_run
+from ._training.slots import Slots
+from ._training.step import LossFn, Metric, Trainer
+from ._validate import check_callable, check_int, check_positive_int
 
 __all__ = ["NNHandler"]
 

@@ -30,8 +30,8 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from ..dataloaders._reader import RowReader
-from ..dataloaders._source import FileOptions, H5Source
+from ..dataloaders._io.reader import RowReader
+from ..dataloaders._io.source import FileOptions, H5Source
 from .timing import Result, batch_len, shuffled_batches, timed_call, timed_pass
 
 __all__ = [

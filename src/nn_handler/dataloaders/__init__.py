@@ -4,7 +4,7 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
-from ._threads import decode_threads, set_decode_threads
+from ._io.threads import decode_threads, set_decode_threads
 from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn

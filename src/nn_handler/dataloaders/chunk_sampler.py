@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._validate import check_non_negative_int, check_positive_int
+from .._validate import check_non_negative_int, check_positive_int
 from .samplers import DistributedEpochSampler, EvenMode, _fit_length
 
 __all__ = ["ChunkShuffleSampler"]

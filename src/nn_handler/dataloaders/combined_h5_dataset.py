@@ -20,16 +20,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from ._combined_batch import check_float_dtype, read_rows, split_batch, to_batch
-from ._combined_index import build_index
-from ._combined_loader import create_optimized_dataloader
-from ._field_schema import field_list, resolve_field_names
-from ._file_pool import FilePool
-from ._filter_spec import FilterSpec
-from ._indices import IndexArray, as_index_array, normalize_index
-from ._lru import SampleCache
-from ._source import FileOptions, LockingMode
-from ._validate import check_non_negative_int
+from .._validate import check_non_negative_int
+from ._combined.batch import check_float_dtype, read_rows, split_batch, to_batch
+from ._combined.cache import SampleCache
+from ._combined.fields import field_list, resolve_field_names
+from ._combined.file_pool import FilePool
+from ._combined.filters import FilterSpec
+from ._combined.index import build_index
+from ._combined.loader import create_optimized_dataloader
+from ._io.indices import IndexArray, as_index_array, normalize_index
+from ._io.source import FileOptions, LockingMode
 
 __all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
 

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ._indices import is_scalar_index
-from ._reader import RowReader
-from ._source import FileOptions, H5Source, LockingMode, close_inherited_sources
-from ._tensors import check_tensor_dtype, to_tensor
-from ._validate import check_callable, check_key, numpy_dtype
+from .._validate import check_callable, check_key, numpy_dtype
+from ._io.indices import is_scalar_index
+from ._io.reader import RowReader
+from ._io.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from ._io.tensors import check_tensor_dtype, to_tensor
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 

@@ -18,14 +18,14 @@ import h5py
 import torch
 from torch.utils.data import Dataset
 
-from ._attrs import LabelReader
-from ._collate import pad_collate
-from ._sample_files import index_files
-from ._sample_index import NamePattern, SampleIndex
-from ._sample_read import SampleReader
-from ._source import FileOptions, H5Source, LockingMode
-from ._tensors import to_tensor
-from ._validate import check_callable, check_int, format_names, numpy_dtype
+from .._validate import check_callable, check_int, format_names, numpy_dtype
+from ._io.source import FileOptions, H5Source, LockingMode
+from ._io.tensors import to_tensor
+from ._per_sample.attrs import LabelReader
+from ._per_sample.collate import pad_collate
+from ._per_sample.files import index_files
+from ._per_sample.index import NamePattern, SampleIndex
+from ._per_sample.read import SampleReader
 
 __all__ = ["H5SampleDataset", "pad_collate"]
 

@@ -23,7 +23,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from ._validate import check_positive_int
+from .._validate import check_positive_int
 
 __all__ = ["EpochBatchSampler", "batched_loader"]
 

@@ -21,8 +21,8 @@ from typing import Any, cast
 
 import torch
 
-from ._tensors import check_device
-from ._validate import check_positive_int
+from .._validate import check_positive_int
+from ._io.tensors import check_device
 
 __all__ = ["DevicePrefetcher"]
 

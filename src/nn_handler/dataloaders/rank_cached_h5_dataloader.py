@@ -24,13 +24,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from .._validate import check_callable, check_choice, check_key, numpy_dtype
 from ..distributed import World
-from . import _memory
-from ._indices import as_index_array, is_scalar_index, normalize_index
-from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
-from ._source import FileOptions, H5Source, LockingMode
-from ._tensors import check_device
-from ._validate import check_callable, check_choice, check_key, numpy_dtype
+from ._io.indices import as_index_array, is_scalar_index, normalize_index
+from ._io.source import FileOptions, H5Source, LockingMode
+from ._io.tensors import check_device
+from ._rank_cache import memory as _memory
+from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
 
 __all__ = [

@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
+from .._validate import check_choice, check_int, check_non_negative_int
 from ..distributed import World
-from ._validate import check_choice, check_int, check_non_negative_int
 
 __all__ = [
     "DistributedEpochSampler",

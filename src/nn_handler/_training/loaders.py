@@ -1,0 +1,232 @@
+"""The loaders the handler builds from a dataset, and what it needs to know about any loader.
+
+Sampler choice (when the user gives no ``sampler`` / ``batch_sampler``):
+
+========================  ===========================================  =========================
+dataset                   train                                        validation
+========================  ===========================================  =========================
+rank-sharded              ``dataset.make_sampler(seed, shuffle)``      its local shard, no pad
+                          (equal steps on every rank)
+other, under DDP          ``DistributedEpochSampler(even="pad")``      ``ShardSampler`` (no pad)
+other, one process        ``EpochShuffleSampler``                      ``EpochShuffleSampler``
+========================  ===========================================  =========================
+
+All of them are stateful, so a checkpoint taken mid-epoch resumes exactly. A dataset whose
+``__getitem__`` takes a whole list of indices (``supports_batch_indexing = True``) is read one
+batch per call, as ``batched_loader`` does, unless a ``collate_fn`` is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
+
+from .._validate import format_names
+from ..dataloaders.loader import EpochBatchSampler
+from ..dataloaders.samplers import DistributedEpochSampler, EpochShuffleSampler
+from ..distributed import World
+
+Role = Literal["train", "val"]
+LOADER_KEYWORDS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self", "dataset"}
+
+
+def is_rank_sharded(dataset: Any) -> bool:
+    """True for datasets that hold only this rank's shard (``is_rank_sharded = True``)."""
+    return getattr(type(dataset), "is_rank_sharded", False) is True
+
+
+class ShardSampler(Sampler[int]):
+    """This rank's positions ``rank, rank + world_size, …`` of ``range(data_len)``, unpadded.
+
+    For evaluation: every sample is seen by exactly one rank; ranks may see one sample more
+    or less than each other, which is fine where no gradients are synchronized.
+    """
+
+    def __init__(self, data_len: int, world: World) -> None:
+        self.data_len = data_len
+        self.world = world
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __repr__(self) -> str:
+        return f"ShardSampler(data_len={self.data_len}, {self.world})"
+
+
+def build_loader(
+    data: Any, kwargs: Mapping[str, Any], *, role: Role, world: World, seed: int
+) -> DataLoader[Any]:
+    """Return ``data`` if it is a DataLoader, else a DataLoader over it built from ``kwargs``.
+
+    ``shuffle`` defaults to True for training and False for validation.
+
+    Raises:
+        TypeError: an unknown keyword, or keywords together with a ready DataLoader.
+        ValueError: a rank-sharded dataset belongs to another world.
+    """
+    if isinstance(data, DataLoader):
+        if kwargs:
+            raise TypeError(
+                f"a ready DataLoader takes no loader keywords; got {format_names(kwargs)}: "
+                "pass the dataset instead, or build the DataLoader with them"
+            )
+        return data
+    unknown = set(kwargs) - LOADER_KEYWORDS
+    if unknown:
+        raise TypeError(
+            f"unknown DataLoader keyword(s) {format_names(unknown)}; valid keywords are "
+            f"{format_names(LOADER_KEYWORDS)}"
+        )
+    options = dict(kwargs)
+    shuffle = options.pop("shuffle", None)
+    if _needs_sampler(data, options):
+        chosen = (role == "train") if shuffle is None else shuffle
+        options["sampler"] = choose_sampler(data, chosen, role=role, world=world, seed=seed)
+    elif shuffle is not None:
+        options["shuffle"] = shuffle  # DataLoader reports the conflict with a sampler itself
+    return _make_loader(data, options)
+
+
+def _needs_sampler(data: Any, options: Mapping[str, Any]) -> bool:
+    return (
+        options.get("sampler") is None
+        and options.get("batch_sampler") is None
+        and not isinstance(data, IterableDataset)
+    )
+
+
+def choose_sampler(dataset: Any, shuffle: bool, *, role: Role, world: World, seed: int) -> Any:
+    """The sampler the handler uses for ``dataset`` (see the module docstring)."""
+    if is_rank_sharded(dataset):
+        _check_same_world(dataset, world)
+        if role == "train":
+            return dataset.make_sampler(seed=seed, shuffle=shuffle)
+        return EpochShuffleSampler(len(dataset), seed=seed, shuffle=shuffle)
+    if world.is_distributed and role == "train":
+        return DistributedEpochSampler(
+            len(dataset), seed=seed, shuffle=shuffle, rank=world.rank,
+            world_size=world.world_size, even="pad",
+        )  # fmt: skip
+    if world.is_distributed:
+        return ShardSampler(len(dataset), world)
+    return EpochShuffleSampler(len(dataset), seed=seed, shuffle=shuffle)
+
+
+def _check_same_world(dataset: Any, world: World) -> None:
+    theirs = dataset.world
+    if (theirs.rank, theirs.world_size) != (world.rank, world.world_size):
+        raise ValueError(
+            f"{type(dataset).__name__} holds the shard of rank {theirs.rank} of "
+            f"{theirs.world_size}, but the handler runs as rank {world.rank} of "
+            f"{world.world_size}; build the dataset in the same torchrun job and pass "
+            "NNHandler(use_distributed=True) when it is sharded over several processes"
+        )
+
+
+def _make_loader(data: Any, options: dict[str, Any]) -> DataLoader[Any]:
+    sampler: Any = options.get("sampler")
+    batched = (
+        sampler is not None
+        and getattr(data, "supports_batch_indexing", False) is True
+        and options.get("batch_size", 1) is not None
+        and "collate_fn" not in options
+    )
+    if not batched:
+        return DataLoader(data, **options)
+    # One dataset call per batch (no per-sample split and re-stack), as batched_loader does.
+    batch_size, drop_last = options.pop("batch_size", 1), options.pop("drop_last", False)
+    options["sampler"] = EpochBatchSampler(sampler, batch_size, drop_last)
+    return DataLoader(data, batch_size=None, **options)
+
+
+@dataclass(frozen=True)
+class LoaderParts:
+    """Where a loader's epoch hooks and position live.
+
+    Attributes:
+        outer: What the loader draws from: its batch sampler, or its sampler.
+        inner: The index sampler inside ``outer`` when ``outer`` cuts batches, else None.
+        per_batch: Indices of the index sampler per batch (1 when ``outer`` yields batches
+            itself).
+        dataset: The loader's dataset.
+    """
+
+    outer: Any
+    inner: Any
+    per_batch: int
+    dataset: Any
+
+    @classmethod
+    def of(cls, loader: DataLoader[Any]) -> LoaderParts:
+        """Inspect ``loader`` (``DataLoader(batch_size=…)``, ``batched_loader``, or custom)."""
+        outer = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+        if isinstance(outer, BatchSampler):
+            return cls(outer, outer.sampler, outer.batch_size, loader.dataset)
+        return cls(outer, None, 1, loader.dataset)
+
+    @property
+    def index_sampler(self) -> Any:
+        """The sampler whose positions count samples (or batches, for custom batch samplers)."""
+        return self.outer if self.inner is None else self.inner
+
+    def set_epoch(self, epoch: int) -> None:
+        """Call ``set_epoch(epoch)`` once on the outermost sampler that has it, and the dataset."""
+        for sampler in (self.outer, self.inner):
+            if callable(getattr(sampler, "set_epoch", None)):
+                sampler.set_epoch(epoch)
+                break
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)
+
+    def position_state(self, batches: int) -> dict[str, Any] | None:
+        """The index sampler's state after ``batches`` trained batches, or None if it has none.
+
+        Only samplers following the ``seed/epoch/consumed`` protocol (this library's) resume
+        from a state; ``consumed`` is replaced by what was trained, since workers prefetch.
+        """
+        sampler = self.index_sampler
+        if not callable(getattr(sampler, "load_state_dict", None)):
+            return None
+        state = getattr(sampler, "state_dict", None)
+        current = dict(state()) if callable(state) else {}
+        if "consumed" not in current:
+            return None
+        current["consumed"] = min(batches * self.per_batch, len(sampler))
+        return current
+
+    def load_position(self, state: dict[str, Any]) -> None:
+        """Make the next pass yield the rest of the epoch recorded in ``state``."""
+        self.index_sampler.load_state_dict(dict(state))
+
+
+def warn_if_not_sharded(loader: DataLoader[Any], world: World) -> None:
+    """Under DDP, warn when a train loader gives every rank the whole dataset.
+
+    That is the case for the samplers that know nothing of ranks (``SequentialSampler``,
+    ``RandomSampler``, ``EpochShuffleSampler``) over a dataset that is not rank-sharded.
+    """
+    sampler = LoaderParts.of(loader).index_sampler
+    unaware = (SequentialSampler, RandomSampler, EpochShuffleSampler)
+    if world.is_distributed and type(sampler) in unaware and not is_rank_sharded(loader.dataset):
+        warnings.warn(
+            f"the train loader uses a {type(sampler).__name__}, so each of the "
+            f"{world.world_size} ranks trains on the whole dataset; pass no sampler (the "
+            "handler then shards the dataset) or a DistributedEpochSampler",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,227 @@
+"""Which fields a set of files holds: name mapping, per-file scan, cross-file checks.
+
+A *field* is a logical name (``"fhr_st"``, ``"guid"``, …) mapped to a dataset path inside each
+file. Every field a file holds must have the file's length ``N`` along axis 0. Fields that are
+loaded must agree across files on the shape of one sample and on their kind (string or numeric),
+so that batches always stack to the same shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..._validate import format_names
+from .._io.source import H5Source, dataset_keys
+
+__all__ = [
+    "DEFAULT_FIELDS",
+    "VALID_MASK",
+    "FieldInfo",
+    "FileSchema",
+    "OutputField",
+    "as_str_array",
+    "check_present",
+    "field_list",
+    "output_fields",
+    "resolve_field_names",
+    "scan_file",
+]
+
+DEFAULT_FIELDS = ("fhr_st", "fhr_ph", "target", "weight", "guid", "cs_label", "bg_label", "epoch")
+#: Name of the computed per-time-step validity field (``return_valid_mask=True``).
+VALID_MASK = "valid_mask"
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One field as stored in one file."""
+
+    key: str
+    length: int
+    row_shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    @property
+    def is_string(self) -> bool:
+        """True for fixed- or variable-length strings (bytes or str)."""
+        return self.dtype.kind in "SU" or h5py.check_string_dtype(self.dtype) is not None
+
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes of one decoded row (pointer size for variable-length strings)."""
+        return self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class FileSchema:
+    """The fields one file holds and its length."""
+
+    path: str
+    length: int
+    fields: dict[str, FieldInfo]
+
+
+@dataclass(frozen=True)
+class OutputField:
+    """A field as every batch returns it: common stored dtype across files, one sample's shape."""
+
+    name: str
+    row_shape: tuple[int, ...]
+    dtype: np.dtype[Any]  # object for strings (normalized to str)
+    kind: str  # "float", "string" or "other" (ints, bools, complex keep their dtype)
+
+
+def resolve_field_names(field_names: Mapping[str, str] | None) -> dict[str, str]:
+    """Return ``{field: dataset path}``: the defaults, renamed or extended by ``field_names``.
+
+    Raises:
+        TypeError: ``field_names`` is not a mapping of non-empty strings.
+        ValueError: it uses the reserved name ``"valid_mask"``.
+    """
+    keys = {name: name for name in DEFAULT_FIELDS}
+    if field_names is None:
+        return keys
+    if not isinstance(field_names, Mapping):
+        raise TypeError(
+            "field_names must be a mapping {field: dataset path in the file}, e.g. "
+            f"{{'guid': 'patient_id'}}; got {type(field_names).__name__} {field_names!r}"
+        )
+    for name, key in field_names.items():
+        if not isinstance(name, str) or not name or not isinstance(key, str) or not key:
+            raise TypeError(
+                "field_names must map non-empty field names to non-empty dataset paths, "
+                f"got {name!r}: {key!r}"
+            )
+        if name == VALID_MASK:
+            raise ValueError(
+                f"field_names may not define {VALID_MASK!r}: that name is the computed "
+                "validity mask (return_valid_mask=True)"
+            )
+        keys[name] = key
+    return keys
+
+
+def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
+    """Return the fields of ``keys`` that ``source`` holds, checking their lengths agree.
+
+    Raises:
+        ValueError: no field is present, a field is a scalar, or lengths differ.
+        TypeError: a field's path names a group.
+    """
+    handle = source.file
+    found: dict[str, FieldInfo] = {}
+    for name, key in keys.items():
+        obj = handle.get(key)
+        if obj is None:
+            continue
+        if not isinstance(obj, h5py.Dataset):
+            raise TypeError(
+                f"field {name!r} ({key!r}) in {source.path!r} is a group, not a dataset"
+            )
+        if obj.shape is None or len(obj.shape) == 0:
+            raise ValueError(
+                f"field {name!r} ({key!r}) in {source.path!r} is a scalar dataset; "
+                "per-sample fields need samples along axis 0"
+            )
+        found[name] = FieldInfo(key, int(obj.shape[0]), tuple(obj.shape[1:]), obj.dtype)
+    if not found:
+        raise ValueError(
+            f"{source.path!r} holds none of the fields {format_names(keys)} (looked up as "
+            f"{format_names(keys.values())}); it has datasets: "
+            f"{format_names(dataset_keys(handle))}. Map your names with field_names="
+        )
+    lengths = {info.length for info in found.values()}
+    if len(lengths) > 1:
+        listed = ", ".join(f"{n!r}: {i.length}" for n, i in sorted(found.items()))
+        raise ValueError(
+            f"fields in {source.path!r} differ in length along axis 0 ({listed}); every "
+            "per-sample field of a file needs the same number of samples"
+        )
+    return FileSchema(source.path, lengths.pop(), found)
+
+
+def check_present(
+    schema: FileSchema, needed: Mapping[str, str], keys: Mapping[str, str], source: H5Source
+) -> None:
+    """Raise ``KeyError`` naming the file, the field and why it is needed, if one is missing.
+
+    ``needed`` maps a field to the argument that needs it.
+    """
+    for name, reason in needed.items():
+        if name not in schema.fields:
+            raise KeyError(
+                f"{schema.path!r} has no field {name!r} (dataset {keys[name]!r}), which "
+                f"{reason} needs; the file has fields {format_names(schema.fields)} and "
+                f"datasets {format_names(dataset_keys(source.file))}"
+            )
+
+
+def output_fields(schemas: Sequence[FileSchema], names: Iterable[str]) -> dict[str, OutputField]:
+    """Return how each of ``names`` is returned, checking every file agrees on it.
+
+    Raises:
+        ValueError: one sample's shape differs between files, or a field is a string in one
+            file and numeric in another.
+        TypeError: a dtype cannot become a tensor (compound, opaque, …).
+    """
+    result: dict[str, OutputField] = {}
+    for name in names:
+        infos = [(s.path, s.fields[name]) for s in schemas if name in s.fields]
+        first_path, first = infos[0]
+        for path, info in infos[1:]:
+            if info.row_shape != first.row_shape:
+                raise ValueError(
+                    f"field {name!r} has samples of shape {first.row_shape} in {first_path!r} "
+                    f"but {info.row_shape} in {path!r}; loaded fields must agree across files"
+                )
+            if info.is_string != first.is_string:
+                raise ValueError(
+                    f"field {name!r} holds strings in one file and numbers in the other "
+                    f"({first_path!r}: {first.dtype}, {path!r}: {info.dtype})"
+                )
+        result[name] = _output_field(name, first.row_shape, [i for _, i in infos])
+    return result
+
+
+def _output_field(name: str, row_shape: tuple[int, ...], infos: list[FieldInfo]) -> OutputField:
+    if infos[0].is_string:
+        return OutputField(name, row_shape, np.dtype(object), "string")
+    for info in infos:
+        if info.dtype.kind not in "biufc" or info.dtype.fields is not None:
+            raise TypeError(
+                f"field {name!r} ({info.key!r}) has dtype {info.dtype}, which torch cannot "
+                "represent; leave it out of load_fields"
+            )
+    common = np.result_type(*(info.dtype for info in infos))
+    kind = "float" if common.kind == "f" else "other"
+    return OutputField(name, row_shape, common.newbyteorder("="), kind)
+
+
+def as_str_array(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Return string values (fixed or variable length, bytes or str) as a NumPy ``str`` array."""
+    if values.dtype.kind == "U":
+        return values
+    if values.dtype.kind == "S":
+        decoded: np.ndarray[Any, Any] = np.char.decode(values.astype(values.dtype.str), "utf-8")
+        return decoded
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()]
+    result: np.ndarray[Any, Any] = np.array(flat, dtype=str).reshape(values.shape)
+    return result
+
+
+def field_list(load_fields: Any) -> list[str] | None:
+    """Return ``load_fields`` as a list of names without repeats (None passes through)."""
+    if load_fields is None:
+        return None
+    if isinstance(load_fields, str) or not isinstance(load_fields, Iterable):
+        raise TypeError(f"load_fields must be a list of field names or None, got {load_fields!r}")
+    names = list(dict.fromkeys(load_fields))  # order kept, repeats dropped
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise TypeError(f"load_fields must hold field names (str), got {bad[0]!r}")
+    return names

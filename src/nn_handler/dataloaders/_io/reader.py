@@ -1,0 +1,337 @@
+"""RowReader: read rows along axis 0 of one HDF5 dataset for a whole batch of indices.
+
+The strategy is picked once, from the dataset's layout:
+
+* ``memmap``: contiguous and unfiltered data, or chunked unfiltered data whose chunks hold whole
+  rows. Rows are gathered straight from a read-only memory map of the file at the byte offsets
+  HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
+* ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
+  Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
+  outside the HDF5 lock (``_blocks``, ``_decode``); decoded chunks are kept in an LRU bounded by
+  ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
+* ``chunks``: other chunked data (lzf, blosc, zstd, … or unfiltered chunks that split rows):
+  h5py decodes each needed block of chunks in one call, kept in the same LRU.
+* ``slabs``: everything else (compact, virtual, external, variable-length data, file objects
+  without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
+  one h5py call; rows are then put back into request order.
+
+The memory map is checked against h5py on the first and last row before it is trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .blocks import ChunkBlocks
+from .decode import codec_for
+from .indices import IndexArray, as_index_array, normalize_index, plan_slabs
+from .source import H5Source
+
+__all__ = ["RowReader"]
+
+_MAX_SLAB_BYTES = 64 * 1024**2
+_GAP_BYTES = 64 * 1024  # below this, reading the unneeded rows between two runs beats a call
+_UNALLOCATED = -1
+
+
+class RowReader:
+    """Reads rows of one dataset of an ``H5Source``, in any order, in batches.
+
+    Args:
+        source: The file.
+        key: Path of the dataset inside the file (nested paths allowed).
+        arg: Name of the user-facing argument that gave ``key`` (for error messages).
+
+    Raises:
+        KeyError: ``key`` is not in the file.
+        ValueError: the dataset is a scalar (0-d) or has no shape.
+    """
+
+    def __init__(self, source: H5Source, key: str, *, arg: str = "key") -> None:
+        self.source = source
+        self.key = key
+        dset = source.dataset(key, arg=arg)
+        if dset.shape is None or len(dset.shape) == 0:
+            raise ValueError(
+                f"{arg}={key!r} in {source.path!r} is a scalar (0-d) dataset; samples are read "
+                "along axis 0, so it needs at least one dimension"
+            )
+        self.length: int = int(dset.shape[0])
+        self.row_shape: tuple[int, ...] = tuple(int(s) for s in dset.shape[1:])
+        self.dtype: np.dtype[Any] = dset.dtype
+        self.chunk_rows: int | None = int(dset.chunks[0]) if dset.chunks else None
+        self.row_nbytes: int = self.dtype.itemsize * math.prod(self.row_shape)
+        self._mapped = _mapped_layout(dset, source, self.row_nbytes)
+        self._view: np.ndarray[Any, Any] | None = None
+        self._view_pid = -1
+        if self._mapped is not None and not self._memmap_agrees(dset):
+            self._mapped = None
+        self._blocks = None if self._mapped is not None else _block_reader(dset, source)
+
+    @property
+    def strategy(self) -> str:
+        """``"memmap"``, ``"decode"``, ``"chunks"`` or ``"slabs"`` (fixed when built)."""
+        if self._mapped is not None:
+            return "memmap"
+        if self._blocks is None:
+            return "slabs"
+        return "decode" if self._blocks.codec is not None else "chunks"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole dataset once decoded."""
+        return self.row_nbytes * self.length
+
+    def read(self, indices: Any, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """Return rows ``indices`` (any order, duplicates allowed) as one array, in that order.
+
+        Args:
+            indices: Row numbers: a sequence of ints, a 1-d integer array or tensor, or a slice.
+                Negative numbers count from the end.
+            out: Optional preallocated array of shape ``(len(indices), *row_shape)``.
+
+        Raises:
+            IndexError: an index is out of range; the message names it and the length.
+        """
+        idx = as_index_array(indices, self.length)
+        if out is not None:
+            self._output(len(idx), out)
+        if self._mapped is not None and idx.size:
+            rows = self._gather_mapped(idx)
+            if out is None:
+                return rows
+            out[...] = rows
+            return out
+        out = self._output(len(idx), out)
+        if self._blocks is not None and idx.size:
+            return self._blocks.read(self._dataset(), idx, out)
+        if idx.size == 0 or _is_strictly_increasing(idx):
+            return self._read_sorted(idx, out)
+        uniq, inverse = np.unique(idx, return_inverse=True)
+        rows = self._read_sorted(uniq, self._output(len(uniq), None))
+        np.take(rows, inverse, axis=0, out=out)
+        return out
+
+    def read_row(self, index: Any) -> np.ndarray[Any, Any]:
+        """Return one row as an array the caller owns (negative indices allowed)."""
+        i = normalize_index(index, self.length)
+        if self._mapped is not None:
+            return self._gather_mapped(np.array([i], dtype=np.int64)).reshape(self.row_shape)
+        if self._blocks is not None:
+            return self.read(np.array([i], dtype=np.int64)).reshape(self.row_shape)
+        row = self._dataset()[i]
+        return np.array(row, dtype=self.dtype, copy=True)
+
+    def read_range(
+        self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
+    ) -> np.ndarray[Any, Any]:
+        """Return rows ``[start, stop)`` (sequential read into ``out`` when given)."""
+        if not 0 <= start <= stop <= self.length:
+            raise IndexError(
+                f"row range [{start}, {stop}) is outside a dataset of length {self.length}"
+            )
+        out = self._output(stop - start, out)
+        if stop == start:
+            return out
+        if self._mapped is not None:
+            self._copy_mapped_range(start, stop, out)
+        elif self._blocks is not None:
+            self._blocks.read_range(self._dataset(), start, stop, out)
+        elif self.dtype.hasobject:
+            out[...] = self._dataset()[start:stop]
+        else:
+            self._dataset().read_direct(out, np.s_[start:stop])
+        return out
+
+    def clear_cache(self) -> None:
+        """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
+        if self._blocks is not None:
+            self._blocks.cache.clear()
+
+    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+        """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
+
+        A row block is ``block_rows`` rows starting at a multiple of ``block_rows`` (what a
+        chunk-aware sampler shuffles). Zero when reads need no chunk cache (``memmap``, or data
+        that is not chunked).
+        """
+        if self.chunk_rows is None or self._mapped is not None:
+            return 0
+        chunk = self.chunk_rows
+        if block_rows % chunk == 0:
+            per_block = block_rows // chunk
+        elif chunk % block_rows == 0:
+            per_block = 1
+        else:  # blocks straddle chunk boundaries
+            per_block = -(-(block_rows - 1) // chunk) + 1
+        return blocks * per_block * chunk * self.row_nbytes
+
+    def _output(self, n: int, out: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
+        shape = (n, *self.row_shape)
+        if out is None:
+            return np.empty(shape, dtype=self.dtype)
+        if out.shape != shape or out.dtype != self.dtype:
+            raise ValueError(
+                f"out must have shape {shape} and dtype {self.dtype}, "
+                f"got shape {out.shape} and dtype {out.dtype}"
+            )
+        return out
+
+    def _gather_mapped(self, idx: IndexArray) -> np.ndarray[Any, Any]:
+        assert self._mapped is not None
+        rows_per_chunk, chunk_offsets = self._mapped
+        offsets = chunk_offsets[idx // rows_per_chunk] + (idx % rows_per_chunk) * self.row_nbytes
+        raw: np.ndarray[Any, Any] = self._mapped_view()[offsets]
+        return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
+
+    def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
+        # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
+        assert self._mapped is not None
+        rows_per_chunk, chunk_offsets = self._mapped
+        raw = self._mapped_view().base
+        assert isinstance(raw, np.ndarray)
+        for chunk in range(start // rows_per_chunk, (stop - 1) // rows_per_chunk + 1):
+            first = chunk * rows_per_chunk
+            lo, hi = max(start, first), min(stop, first + rows_per_chunk)
+            begin = int(chunk_offsets[chunk]) + (lo - first) * self.row_nbytes
+            span = raw[begin : begin + (hi - lo) * self.row_nbytes]
+            out[lo - start : hi - start] = span.view(self.dtype).reshape(hi - lo, *self.row_shape)
+
+    def _mapped_view(self) -> np.ndarray[Any, Any]:
+        # One byte-strided view of the whole file whose element k is the row-sized record at
+        # byte k: gathering any set of row offsets is then a single fancy-index call.
+        if self._view is None or self._view_pid != os.getpid():
+            mapped = np.memmap(self.source.path, dtype=np.uint8, mode="r")
+            self._view = np.ndarray(
+                shape=(mapped.size - self.row_nbytes + 1,),
+                dtype=np.dtype((np.void, self.row_nbytes)),
+                buffer=mapped,
+                offset=0,
+                strides=(1,),
+            )
+            self._view_pid = os.getpid()
+        return self._view
+
+    def _dataset(self) -> h5py.Dataset:
+        # block readers keep decoded chunks themselves: HDF5's cache would double the memory
+        return self.source.dataset(self.key, chunk_cache=self._blocks is None)
+
+    def _read_sorted(self, rows: IndexArray, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        dset = self._dataset()
+        block = self.chunk_rows or 1
+        row_bytes = max(self.row_nbytes, 1)
+        gap = 0 if self.chunk_rows else _GAP_BYTES // row_bytes
+        max_rows = max(block, (_MAX_SLAB_BYTES // row_bytes) // block * block)
+        for start, stop, lo, hi in plan_slabs(rows, block, gap, max_rows, self.length):
+            if stop - start == hi - lo:  # every row of the slab is wanted: read in place
+                self._read_slab_into(dset, start, stop, out[lo:hi])
+            else:
+                slab = self._read_slab_into(dset, start, stop, self._output(stop - start, None))
+                np.take(slab, rows[lo:hi] - start, axis=0, out=out[lo:hi])
+        return out
+
+    def _read_slab_into(
+        self, dset: h5py.Dataset, start: int, stop: int, buf: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        if self.dtype.hasobject:
+            buf[...] = dset[start:stop]
+        else:
+            dset.read_direct(buf, np.s_[start:stop])
+        return buf
+
+    def _memmap_agrees(self, dset: h5py.Dataset) -> bool:
+        probe = np.array(sorted({0, self.length - 1}), dtype=np.int64)
+        try:
+            mapped = self._gather_mapped(probe)
+        except (OSError, ValueError, IndexError):
+            return False
+        expected = dset[probe.tolist()]
+        return bool(mapped.tobytes() == np.ascontiguousarray(expected).tobytes())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_view=None, _view_pid=-1)
+        return state
+
+    def __repr__(self) -> str:
+        shape = (self.length, *self.row_shape)
+        return (
+            f"RowReader({self.source.path!r}, key={self.key!r}, shape={shape}, "
+            f"dtype={self.dtype}, strategy={self.strategy!r})"
+        )
+
+
+def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
+    """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
+    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
+        return None
+    if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
+        return None
+    chunks = tuple(int(c) for c in dset.chunks)
+    shape = tuple(int(s) for s in dset.shape)
+    return ChunkBlocks(source, shape, dset.dtype, chunks, codec_for(dset))
+
+
+def _is_strictly_increasing(idx: IndexArray) -> bool:
+    return bool(idx.size < 2 or np.all(idx[1:] > idx[:-1]))
+
+
+def _mapped_layout(
+    dset: h5py.Dataset, source: H5Source, row_nbytes: int
+) -> tuple[int, IndexArray] | None:
+    """Return ``(rows_per_chunk, chunk_byte_offsets)`` for memory-mapped reads, or None.
+
+    Row ``i`` starts at ``offsets[i // rows_per_chunk] + (i % rows_per_chunk) * row_nbytes``;
+    contiguous data is one chunk holding every row.
+    """
+    if not _mappable(dset, source, row_nbytes):
+        return None
+    plist = dset.id.get_create_plist()
+    layout = plist.get_layout()
+    if layout == h5py.h5d.CONTIGUOUS and plist.get_external_count() == 0:
+        offset = dset.id.get_offset()
+        if offset is None:
+            return None  # never written: HDF5 serves the fill value
+        return int(dset.shape[0]), np.array([offset], dtype=np.int64)
+    if layout == h5py.h5d.CHUNKED and plist.get_nfilters() == 0:
+        return _chunk_table(dset, row_nbytes)
+    return None
+
+
+def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int) -> bool:
+    return (
+        source.is_path
+        and dset.file.driver == "sec2"
+        and not dset.is_virtual
+        and not dset.dtype.hasobject
+        and row_nbytes > 0
+        and dset.shape[0] > 0
+    )
+
+
+def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] | None:
+    chunks = dset.chunks
+    if tuple(chunks[1:]) != tuple(dset.shape[1:]):
+        return None  # a chunk splits rows: a row's bytes are not contiguous
+    rows_per_chunk = int(chunks[0])
+    count = -(-dset.shape[0] // rows_per_chunk)
+    table = np.full(count, _UNALLOCATED, dtype=np.int64)
+    chunk_bytes = rows_per_chunk * row_nbytes
+
+    def record(info: Any) -> None:
+        if info.size == chunk_bytes and info.filter_mask == 0:
+            table[info.chunk_offset[0] // rows_per_chunk] = info.byte_offset
+
+    if hasattr(dset.id, "chunk_iter"):
+        dset.id.chunk_iter(record)
+    else:  # h5py built against HDF5 < 1.12.3
+        for i in range(dset.id.get_num_chunks()):
+            record(dset.id.get_chunk_info(i))
+    if np.any(table == _UNALLOCATED):
+        return None  # unwritten chunks read as the fill value: leave them to HDF5
+    return rows_per_chunk, table

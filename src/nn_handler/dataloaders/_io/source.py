@@ -1,0 +1,292 @@
+"""H5Source: one HDF5 file, opened lazily in whichever process reads it.
+
+The handle is private to the process that opened it. A source copied into a forked DataLoader
+worker notices the new pid and reopens; a pickled source (spawn / forkserver) carries only its
+path and options. Dataset objects are cached per process because HDF5's chunk cache lives on the
+open dataset: looking a key up again per batch throws the cache away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import os
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import IO, Any, Literal
+
+import h5py
+
+from ..._validate import check_choice, check_non_negative_int, check_probability, format_names
+
+__all__ = ["FileOptions", "H5Source", "LockingMode", "close_inherited_sources", "dataset_keys"]
+
+LockingMode = bool | Literal["best-effort"] | None
+
+_LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
+# Sources with an open handle in some process; h5_worker_init_fn walks it in a new worker.
+_OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
+_SWMR_WARNED: set[str] = set()
+_SWMR_LOCK = threading.Lock()
+_PLUGINS = {"loaded": False}
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """How a file is opened: HDF5 chunk-cache settings, SWMR and file locking.
+
+    Attributes:
+        rdcc_nbytes: Chunk-cache size in bytes for each dataset opened from the file.
+        rdcc_nslots: Number of hash slots in the chunk cache (a prime well above the number
+            of chunks that fit is best).
+        rdcc_w0: Chunk preemption policy, in ``[0, 1]``.
+        swmr: Open in SWMR read mode where the file allows it; fall back to a plain
+            read-only open with one warning where it does not.
+        locking: h5py's ``locking``: ``True``, ``False``, ``"best-effort"`` (lock where
+            the file system supports it; the default, which works on NFS/Lustre), or
+            ``None`` (HDF5's default, which honours ``HDF5_USE_FILE_LOCKING``).
+    """
+
+    rdcc_nbytes: int = 256 * 1024**2
+    rdcc_nslots: int = 1_000_003
+    rdcc_w0: float = 0.75
+    swmr: bool = True
+    locking: LockingMode = "best-effort"
+
+    def __post_init__(self) -> None:
+        check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
+        check_non_negative_int("rdcc_nslots", self.rdcc_nslots)
+        check_probability("rdcc_w0", self.rdcc_w0)
+        if not isinstance(self.swmr, bool):
+            raise TypeError(f"swmr must be True or False, got {self.swmr!r}")
+        check_choice("locking", self.locking, _LOCKING_CHOICES)
+
+
+class H5Source:
+    """A lazily opened, fork-aware and picklable handle on one HDF5 file.
+
+    Args:
+        path: Path of the HDF5 file, or a seekable binary file object (for example one from
+            fsspec). File objects are read through h5py only and must be picklable to reach
+            spawn / forkserver workers.
+        options: How to open the file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory.
+        OSError: ``path`` exists but is not an HDF5 file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | IO[bytes], options: FileOptions) -> None:
+        self._fileobj: IO[bytes] | None = None
+        if hasattr(path, "read") and hasattr(path, "seek"):
+            self._fileobj = path  # type: ignore[assignment]
+            self.path = f"<file object {type(path).__name__}>"
+        else:
+            self.path = os.fspath(path)
+            _check_is_hdf5(self.path)
+        self.options = options
+        self._lock = threading.Lock()
+        self._file: h5py.File | None = None
+        self._datasets: dict[str, h5py.Dataset] = {}
+        self._pid = -1
+
+    @property
+    def is_path(self) -> bool:
+        """True when the source is a file on disk (not a file object)."""
+        return self._fileobj is None
+
+    @property
+    def is_open(self) -> bool:
+        """True when this process holds an open handle."""
+        return self._file is not None and self._pid == os.getpid() and bool(self._file.id.valid)
+
+    @property
+    def file(self) -> h5py.File:
+        """The open ``h5py.File`` for this process, opened on first use."""
+        handle = self._file
+        if handle is not None and self._pid == os.getpid():
+            return handle
+        with self._lock:
+            if self._file is not None and self._pid != os.getpid():
+                self._forget()
+            if self._file is None:
+                self._file = self._open()
+                self._pid = os.getpid()
+                _OPEN_SOURCES.add(self)
+            return self._file
+
+    def dataset(self, key: str, *, arg: str = "key", chunk_cache: bool = True) -> h5py.Dataset:
+        """Return the dataset at ``key`` (cached per process; nested paths allowed).
+
+        ``chunk_cache=False`` opens it with HDF5's chunk cache off, for readers that keep
+        decoded chunks themselves (HDF5 shares one cache between all opens of a dataset, so a
+        key is read through one of the two kinds only).
+
+        Raises:
+            KeyError: ``key`` is missing; the message lists the datasets the file has.
+            TypeError: ``key`` names a group, not a dataset.
+        """
+        handle = self.file
+        cached = self._datasets.get(key if chunk_cache else f"{key}\0nocache")
+        if cached is not None:
+            return cached
+        if not chunk_cache:
+            return self._open_uncached(key, arg)
+        obj = handle.get(key)
+        if obj is None:
+            raise KeyError(
+                f"{arg}={key!r} not found in {self.path!r}; the file has datasets: "
+                f"{format_names(dataset_keys(handle))}"
+            )
+        if not isinstance(obj, h5py.Dataset):
+            raise TypeError(
+                f"{arg}={key!r} in {self.path!r} is a {type(obj).__name__}, not a dataset; "
+                f"datasets in the file: {format_names(dataset_keys(handle))}"
+            )
+        self._datasets[key] = obj
+        return obj
+
+    def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
+        self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
+        self._datasets.pop(key)
+        dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        dapl.set_chunk_cache(self.options.rdcc_nslots, 0, self.options.rdcc_w0)
+        dset = h5py.Dataset(h5py.h5d.open(self.file.id, key.encode(), dapl))
+        self._datasets[f"{key}\0nocache"] = dset
+        return dset
+
+    def close(self) -> None:
+        """Close this process's handle (a later read reopens it)."""
+        with self._lock:
+            self._forget()
+
+    def set_options(self, options: FileOptions) -> None:
+        """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""
+        with self._lock:
+            self.options = options
+            self._forget()
+
+    def forget_if_inherited(self) -> None:
+        """Drop a handle that another process opened (used in fresh workers)."""
+        with self._lock:
+            if self._file is not None and self._pid != os.getpid():
+                self._forget()
+
+    def _forget(self) -> None:
+        handle, self._file = self._file, None
+        self._datasets = {}
+        self._pid = -1
+        _OPEN_SOURCES.discard(self)
+        if handle is not None:
+            # an id already invalidated (e.g. by HDF5 in a forked child) must not block reopening
+            with contextlib.suppress(Exception):
+                handle.close()
+
+    def _open(self) -> h5py.File:
+        _load_filter_plugins()
+        target: Any = self._fileobj if self._fileobj is not None else self.path
+        opts = self.options
+        kwargs: dict[str, Any] = {
+            "rdcc_nbytes": opts.rdcc_nbytes,
+            "rdcc_nslots": opts.rdcc_nslots,
+            "rdcc_w0": opts.rdcc_w0,
+        }
+        if opts.locking is not None:
+            kwargs["locking"] = opts.locking
+        if opts.swmr:
+            try:
+                return h5py.File(target, "r", swmr=True, **kwargs)
+            except (OSError, ValueError) as exc:
+                _warn_swmr_fallback(self.path, exc)
+        try:
+            return h5py.File(target, "r", **kwargs)
+        except OSError as exc:
+            raise _explain_open_error(self.path, exc) from exc
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_lock=None, _file=None, _datasets={}, _pid=-1)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        status = "open" if self.is_open else "closed"
+        return f"H5Source({self.path!r}, {status})"
+
+
+def dataset_keys(group: h5py.Group) -> list[str]:
+    """Return the paths of every dataset below ``group`` (links to them included)."""
+    found: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found.append(name)
+
+    group.visititems(visit)
+    return found
+
+
+def close_inherited_sources() -> int:
+    """Close every handle this process inherited from its parent; return how many."""
+    count = 0
+    for source in list(_OPEN_SOURCES):
+        if source._file is not None and source._pid != os.getpid():
+            source.forget_if_inherited()
+            count += 1
+    return count
+
+
+def _load_filter_plugins() -> None:
+    """Import ``hdf5plugin`` once if installed: it registers blosc, zstd, lz4, … with HDF5."""
+    if _PLUGINS["loaded"]:
+        return
+    _PLUGINS["loaded"] = True
+    with contextlib.suppress(ImportError, OSError):
+        importlib.import_module("hdf5plugin")
+
+
+def _check_is_hdf5(path: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, f"HDF5 file not found: path={path!r}", path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            errno.EISDIR, f"path={path!r} is a directory; pass the path of an .h5 file", path
+        )
+    if not h5py.is_hdf5(path):
+        raise OSError(
+            errno.EINVAL,
+            f"path={path!r} is not an HDF5 file (no HDF5 signature found); "
+            "pass a file written by h5py/HDF5",
+            path,
+        )
+
+
+def _warn_swmr_fallback(path: str, exc: BaseException) -> None:
+    with _SWMR_LOCK:
+        if path in _SWMR_WARNED:
+            return
+        _SWMR_WARNED.add(path)
+    warnings.warn(
+        f"{path!r} cannot be opened in SWMR read mode ({exc}); opened read-only without SWMR. "
+        "Pass swmr=False to silence this warning.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def _explain_open_error(path: str, exc: OSError) -> OSError:
+    text = str(exc)
+    if exc.errno in (errno.ENOLCK, 524) or "lock" in text.lower():
+        return OSError(
+            exc.errno,
+            f"cannot lock {path!r} ({text}); on NFS/Lustre pass locking=False "
+            "(safe for read-only use) or set HDF5_USE_FILE_LOCKING=FALSE",
+        )
+    return OSError(exc.errno, f"cannot open HDF5 file {path!r}: {text}")

@@ -1,0 +1,145 @@
+"""The per-process thread pool that decodes compressed chunks.
+
+The pool is created on first use in whichever process decodes, and never crosses a ``fork``: a
+forked child (a DataLoader worker) drops the reference it inherited (the parent's threads do not
+exist there) and builds its own pool on first use. Spawned workers import this module afresh.
+
+Size: ``set_decode_threads(n)`` in this process, else the environment variable
+``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else the CPUs this process may run
+on, capped at 8 and divided among DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from torch.utils.data import get_worker_info
+
+from ..._validate import check_positive_int
+
+__all__ = ["decode_threads", "run_parallel", "set_decode_threads"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ENV_VAR = "NN_HANDLER_DECODE_THREADS"
+_MAX_AUTO_THREADS = 8
+_IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = -1
+_pool_size = 0
+_requested: int | None = None
+
+
+def set_decode_threads(threads: int | None) -> None:
+    """Set how many threads decode compressed HDF5 chunks in this process.
+
+    Applies to this process and to DataLoader workers forked from it after the call; spawned
+    workers read ``NN_HANDLER_DECODE_THREADS`` instead (or call this in ``worker_init_fn``).
+
+    Args:
+        threads: Threads (``1`` decodes in the calling thread), or None for the default: the
+            CPUs this process may use (at most 8), divided among DataLoader workers.
+
+    Raises:
+        TypeError / ValueError: ``threads`` is not a positive integer or None.
+    """
+    global _requested
+    value = None if threads is None else check_positive_int("threads", threads)
+    with _lock:
+        _requested = value
+        _drop_pool()
+
+
+def decode_threads() -> int:
+    """Return how many threads decode chunks in this process (see ``set_decode_threads``)."""
+    if _requested is not None:
+        return _requested
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        try:
+            return check_positive_int(ENV_VAR, int(env))
+        except ValueError as exc:
+            raise ValueError(
+                f"{ENV_VAR} must be a positive integer, got {env!r}; unset it for the default"
+            ) from exc
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else 1
+    return max(1, min(_MAX_AUTO_THREADS, _usable_cpus()) // max(1, workers))
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """Return ``[fn(item) for item in items]``, computed in the decode pool.
+
+    At most a few tasks per thread are queued at a time, so a long stream of items never
+    builds a long queue. If a task raises, the tasks not yet started are cancelled, the running
+    ones are waited for (they may be writing into the caller's buffers), and the error is raised.
+    """
+    pool = _executor()
+    if pool is None:
+        return [fn(item) for item in items]
+    limit = _IN_FLIGHT_PER_THREAD * _pool_size
+    results: list[R] = []
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= limit:
+                results.append(pending.popleft().result())
+        while pending:
+            results.append(pending.popleft().result())
+    except BaseException:
+        for future in pending:
+            future.cancel()
+        wait(pending)
+        raise
+    return results
+
+
+def _executor() -> ThreadPoolExecutor | None:
+    global _pool, _pool_pid, _pool_size
+    threads = decode_threads()
+    if threads < 2:
+        return None
+    pool = _pool
+    if pool is not None and _pool_pid == os.getpid() and _pool_size == threads:
+        return pool
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid() or _pool_size != threads:
+            _drop_pool()
+            _pool = ThreadPoolExecutor(threads, thread_name_prefix="nn_handler-decode")
+            _pool_pid, _pool_size = os.getpid(), threads
+        return _pool
+
+
+def _drop_pool() -> None:
+    global _pool, _pool_pid, _pool_size
+    pool, _pool = _pool, None
+    if pool is not None and _pool_pid == os.getpid():
+        pool.shutdown(wait=False)
+    _pool_pid, _pool_size = -1, 0
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - macOS / Windows
+
+
+def _after_fork_in_child() -> None:
+    # The parent's threads do not exist here, and a lock held by one of them at fork time
+    # would stay locked forever: start from a clean slate.
+    global _lock, _pool, _pool_pid, _pool_size
+    _lock = threading.Lock()
+    _pool = None
+    _pool_pid, _pool_size = -1, 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,99 @@
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+
+from nn_handler.dataloaders._per_sample.read import SampleReader
+
+from helpers.files import LAYOUTS
+from helpers.samples import write_samples
+
+
+def where():
+    return "0 ('/s' in 'f.h5')"
+
+
+def read_all(path, reader, names):
+    with h5py.File(path, "r") as f:
+        return [reader.read(0, h5py.h5d.open(f.id, n.encode()), where) for n in names]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_layout_equals_h5py_and_only_raw_contiguous_is_mapped(tmp_path, layout):
+    samples = {f"s{i}": np.arange(i, i + 12, dtype=np.float32).reshape(4, 3) for i in range(3)}
+    path = write_samples(tmp_path / "f.h5", samples, layout=layout)
+    reader = SampleReader([str(path)])
+    got = read_all(path, reader, list(samples))
+    for arr, want in zip(got, samples.values(), strict=True):
+        np.testing.assert_array_equal(arr, want)
+        assert arr.flags.writeable and arr.flags.owndata | (arr.base is not None)
+    assert bool(reader._maps) == (layout == "contiguous")
+    assert reader._trusted == ({0: True} if layout == "contiguous" else {})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        np.arange(6, dtype=">i2").reshape(2, 3),
+        np.array([True, False, True]),
+        np.arange(4, dtype=np.complex64) * (1 + 1j),
+        np.float16(2.5),
+        np.zeros((0, 2), np.int8),
+        np.array([1, 2], dtype=h5py.enum_dtype({"A": 1, "B": 2}, basetype="u1")),
+    ],
+    ids=["big-endian", "bool", "complex", "scalar", "empty", "enum"],
+)
+def test_dtypes_equal_h5py(tmp_path, data):
+    path = write_samples(tmp_path / "f.h5", {"s": data})
+    got = read_all(path, SampleReader([str(path)]), ["s"])[0]
+    with h5py.File(path, "r") as f:
+        want = f["s"][()]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_map_that_disagrees_with_hdf5_is_never_used(tmp_path, monkeypatch):
+    samples = {f"s{i}": np.full(3, i + 1, np.int64) for i in range(3)}
+    path = write_samples(tmp_path / "f.h5", samples)
+    reader = SampleReader([str(path)])
+    monkeypatch.setattr(reader, "_mapped", lambda *a: np.zeros(24, np.uint8))
+    got = read_all(path, reader, list(samples))
+    assert [a.tolist() for a in got] == [[1] * 3, [2] * 3, [3] * 3]
+    assert reader._trusted == {0: False}
+
+
+def test_file_grown_past_the_map_reads_through_hdf5(tmp_path):
+    path = write_samples(tmp_path / "f.h5", {"a": np.arange(3)})
+    reader = SampleReader([str(path)])
+    read_all(path, reader, ["a"])
+    mapped = len(reader._maps[0])
+    with h5py.File(path, "a") as f:
+        f["b"] = np.arange(100_000)
+    assert read_all(path, reader, ["b"])[0].tolist() == list(range(100_000))
+    assert len(reader._maps[0]) == mapped
+
+
+def test_pickle_and_new_process_drop_maps(tmp_path):
+    path = write_samples(tmp_path / "f.h5", {"a": np.arange(3)})
+    reader = SampleReader([str(path)])
+    read_all(path, reader, ["a"])
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone._maps == {} and clone._trusted == {}
+    assert read_all(path, clone, ["a"])[0].tolist() == [0, 1, 2]
+    reader._pid = -1  # as seen from a forked child
+    read_all(path, reader, ["a"])
+    assert list(reader._maps) == [0]
+
+
+def test_unreadable_samples(tmp_path):
+    path = write_samples(tmp_path / "f.h5", {"s": np.array(["ab"], dtype=h5py.string_dtype())})
+    with h5py.File(path, "a") as f:
+        f.create_dataset("null", data=h5py.Empty("f4"))
+    reader = SampleReader([str(path)])
+    with pytest.raises(
+        TypeError, match=r"sample 0 \('/s' in 'f.h5'\) has dtype object, which torch cannot hold"
+    ):
+        read_all(path, reader, ["s"])
+    with pytest.raises(ValueError, match="is an empty \\(null dataspace\\) dataset"):
+        read_all(path, reader, ["null"])
