@@ -13,6 +13,7 @@ from nn_handler.dataloaders._io.reader import RowReader
 from nn_handler.dataloaders._io.source import FileOptions, H5Source
 
 from helpers.files import images
+from helpers.process import as_if_forked
 
 ROW_BYTES = 3 * 4 * 4  # images(): rows of 3x4 float32
 
@@ -98,7 +99,7 @@ def test_block_cache_is_per_process():
     assert len(clone) == 0
     clone.put(2, np.zeros(4), budget=100)
     assert clone.get(2) is not None
-    cache._pid = -5  # as if inherited through fork
+    as_if_forked()
     assert cache.get(1) is None and len(cache) == 0
 
 

@@ -1,6 +1,5 @@
 import io
 import multiprocessing as mp
-import os
 import pickle
 
 import h5py
@@ -16,6 +15,7 @@ from nn_handler.dataloaders._io.source import (
 )
 
 from helpers.files import images
+from helpers.process import as_if_forked
 
 
 @pytest.fixture
@@ -104,25 +104,26 @@ def test_pickle_drops_the_handle_at_any_time(path):
     src.dataset("x")
     clone = pickle.loads(pickle.dumps(src))
     assert src.is_open and not clone.is_open
-    assert clone._file is None
+    assert not clone.inherited
     np.testing.assert_array_equal(clone.dataset("x")[3], images(10)[3])
 
 
 def test_foreign_pid_handle_is_replaced(path):
     src = H5Source(path, FileOptions())
     first = src.file
-    src._pid = os.getpid() + 1  # as if this object had been copied from another process
+    as_if_forked()  # as if this object had been copied from another process
+    assert src.inherited
     second = src.file
     assert second is not first
     assert not first.id.valid  # the inherited handle was closed
-    assert src._pid == os.getpid()
+    assert src.is_open and not src.inherited
 
 
 def _child_reads(src: H5Source, queue) -> None:
-    inherited = src._file is not None and src._pid != os.getpid()
+    inherited = src.inherited
     closed = close_inherited_sources()
     row = src.dataset("x")[4]
-    queue.put((inherited, closed, src._pid == os.getpid(), row.tolist()))
+    queue.put((inherited, closed, src.is_open and not src.inherited, row.tolist()))
 
 
 def test_forked_child_reopens_instead_of_using_the_parent_handle(path):

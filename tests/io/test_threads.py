@@ -80,7 +80,7 @@ def test_run_parallel_raises_and_stops():
 def _child_report(queue):
     queue.put(
         (
-            threads_module._pool is None,
+            threads_module._pool.peek() is None,
             sorted(set(run_parallel(thread_name, range(20))))[:1],
             run_parallel(lambda x: x + 1, range(5)),
         )
@@ -91,7 +91,7 @@ def _child_report(queue):
 def test_forked_child_builds_its_own_pool():
     set_decode_threads(2)
     run_parallel(thread_name, range(10))  # the parent now holds a pool
-    assert threads_module._pool is not None
+    assert threads_module._pool.peek() is not None
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     proc = ctx.Process(target=_child_report, args=(queue,))

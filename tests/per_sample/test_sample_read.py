@@ -7,6 +7,7 @@ import pytest
 from nn_handler.dataloaders._per_sample.read import SampleReader
 
 from helpers.files import LAYOUTS
+from helpers.process import as_if_forked
 from helpers.samples import write_samples
 
 
@@ -28,8 +29,8 @@ def test_every_layout_equals_h5py_and_only_raw_contiguous_is_mapped(tmp_path, la
     for arr, want in zip(got, samples.values(), strict=True):
         np.testing.assert_array_equal(arr, want)
         assert arr.flags.writeable and arr.flags.owndata | (arr.base is not None)
-    assert bool(reader._maps) == (layout == "contiguous")
-    assert reader._trusted == ({0: True} if layout == "contiguous" else {})
+    assert bool(reader._maps.get()) == (layout == "contiguous")
+    assert reader._trusted.get() == ({0: True} if layout == "contiguous" else {})
 
 
 @pytest.mark.parametrize(
@@ -60,18 +61,18 @@ def test_a_map_that_disagrees_with_hdf5_is_never_used(tmp_path, monkeypatch):
     monkeypatch.setattr(reader, "_mapped", lambda *a: np.zeros(24, np.uint8))
     got = read_all(path, reader, list(samples))
     assert [a.tolist() for a in got] == [[1] * 3, [2] * 3, [3] * 3]
-    assert reader._trusted == {0: False}
+    assert reader._trusted.get() == {0: False}
 
 
 def test_file_grown_past_the_map_reads_through_hdf5(tmp_path):
     path = write_samples(tmp_path / "f.h5", {"a": np.arange(3)})
     reader = SampleReader([str(path)])
     read_all(path, reader, ["a"])
-    mapped = len(reader._maps[0])
+    mapped = len(reader._maps.get()[0])
     with h5py.File(path, "a") as f:
         f["b"] = np.arange(100_000)
     assert read_all(path, reader, ["b"])[0].tolist() == list(range(100_000))
-    assert len(reader._maps[0]) == mapped
+    assert len(reader._maps.get()[0]) == mapped
 
 
 def test_pickle_and_new_process_drop_maps(tmp_path):
@@ -79,11 +80,12 @@ def test_pickle_and_new_process_drop_maps(tmp_path):
     reader = SampleReader([str(path)])
     read_all(path, reader, ["a"])
     clone = pickle.loads(pickle.dumps(reader))
-    assert clone._maps == {} and clone._trusted == {}
+    assert clone._maps.peek() is None and clone._trusted.peek() is None
     assert read_all(path, clone, ["a"])[0].tolist() == [0, 1, 2]
-    reader._pid = -1  # as seen from a forked child
+    as_if_forked()
+    assert reader._maps.inherited
     read_all(path, reader, ["a"])
-    assert list(reader._maps) == [0]
+    assert list(reader._maps.get()) == [0]
 
 
 def test_unreadable_samples(tmp_path):

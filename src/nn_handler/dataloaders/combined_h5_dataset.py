@@ -29,6 +29,7 @@ from ._combined.filters import FilterSpec
 from ._combined.index import build_index
 from ._combined.loader import create_optimized_dataloader
 from ._io.indices import IndexArray, as_index_array, normalize_index
+from ._io.process import PerProcess
 from ._io.source import FileOptions, LockingMode
 
 __all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
@@ -41,7 +42,6 @@ PathLike = str | os.PathLike[str]
 class _ProcessState:
     """What each process keeps for itself: its sample cache and its counters."""
 
-    pid: int
     cache: SampleCache | None
     hits: int = 0
     misses: int = 0
@@ -190,8 +190,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             self._pool.close()
         self.filters = spec.active()
         self._pin = self.pin_memory and _cuda_pinning_available()
-        self._lock = threading.Lock()
-        self._state: _ProcessState | None = None
+        self._lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+        self._state: PerProcess[_ProcessState] = PerProcess()
 
     @property
     def paths(self) -> list[str]:
@@ -226,14 +226,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
 
     def clear_cache(self) -> None:
         """Empty this process's sample cache (the counters are kept)."""
-        with self._lock:
+        with self._lock.get():
             state = self._local()
             if state.cache is not None:
                 state.cache.clear()
 
     def get_stats(self) -> dict[str, Any]:
         """Return sizes, filter counts, and this process's cache and read counters."""
-        with self._lock:
+        with self._lock.get():
             state = self._local()
             cached = 0 if state.cache is None else len(state.cache)
             open_files = len(self._pool.open_files)
@@ -260,7 +260,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
 
     def close(self) -> None:
         """Close every file this process has open (later reads reopen them)."""
-        with self._lock:
+        with self._lock.get():
             self._pool.close()
 
     def __enter__(self) -> CombinedHDF5Dataset:
@@ -270,15 +270,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         self.close()
 
     def _local(self) -> _ProcessState:
-        state = self._state
-        if state is None or state.pid != os.getpid():
-            fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
-            cache = SampleCache(self.cache_size, fields) if self.cache_size else None
-            state = self._state = _ProcessState(os.getpid(), cache)
-        return state
+        return self._state.get_or_make(self._new_state)
+
+    def _new_state(self) -> _ProcessState:
+        fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
+        return _ProcessState(SampleCache(self.cache_size, fields) if self.cache_size else None)
 
     def _batch(self, idx: IndexArray) -> dict[str, Any]:
-        with self._lock:
+        with self._lock.get():
             arrays = self._fetch(idx)
         pin = self._pin and get_worker_info() is None
         return to_batch(arrays, self._plan.fields, self.dtype, pin)
@@ -299,15 +298,6 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         arrays, nbytes = read_rows(self._pool, self._plan, idx, index.file_of, index.row_of)
         state.bytes_read += nbytes
         return arrays
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_lock=None, _state=None)  # a new process starts with its own cache
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         filters = ", ".join(self.filters) or "none"

@@ -19,11 +19,15 @@ import numpy as np
 
 from ..._validate import check_positive_int
 from .._io.indices import IndexArray
+from .._io.process import PerProcess
 from .._io.reader import RowReader
 from .._io.source import FileOptions, H5Source
 from .fields import FileSchema
 
 __all__ = ["FileColumns", "FilePool"]
+
+# file number -> {field: reader}, least recently used first
+_OpenFiles = OrderedDict[int, dict[str, RowReader]]
 
 
 class FilePool:
@@ -46,14 +50,12 @@ class FilePool:
         self.max_open = check_positive_int("max_open_files", max_open)
         self.sources = [H5Source(path, options) for path in _as_paths(paths)]
         self.keys = dict(keys)
-        self._open: OrderedDict[int, dict[str, RowReader]] = OrderedDict()
-        self._pid = os.getpid()
+        self._local: PerProcess[_OpenFiles] = PerProcess()
 
     @property
     def open_files(self) -> list[int]:
         """File numbers open in this process, least recently used first."""
-        self._check_pid()
-        return list(self._open)
+        return list(self._open())
 
     def source(self, file_no: int) -> H5Source:
         """Return file ``file_no``'s source, opened and counted against the cap."""
@@ -78,43 +80,32 @@ class FilePool:
 
     def close(self) -> None:
         """Close every file this process has open."""
-        self._check_pid()
-        while self._open:
-            self._evict()
+        opened = self._open()
+        while opened:
+            self._evict(opened)
 
     def _touch(self, file_no: int) -> dict[str, RowReader]:
-        self._check_pid()
-        readers = self._open.get(file_no)
+        opened = self._open()
+        readers = opened.get(file_no)
         if readers is not None:
-            self._open.move_to_end(file_no)
+            opened.move_to_end(file_no)
             return readers
-        while len(self._open) >= self.max_open:
-            self._evict()
-        readers = self._open[file_no] = {}
+        while len(opened) >= self.max_open:
+            self._evict(opened)
+        readers = opened[file_no] = {}
         return readers
 
-    def _evict(self) -> None:
-        file_no, readers = self._open.popitem(last=False)
+    def _evict(self, opened: _OpenFiles) -> None:
+        file_no, readers = opened.popitem(last=False)
         readers.clear()  # the last references to the readers' memory maps: their fds close
         self.sources[file_no].close()
 
-    def _check_pid(self) -> None:
-        if self._pid == os.getpid():
-            return
-        # handles and maps from the parent: never read through them, release them here
-        for file_no in self._open:
-            self.sources[file_no].forget_if_inherited()
-        self._open = OrderedDict()
-        self._pid = os.getpid()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_open=OrderedDict(), _pid=-1)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._pid = os.getpid()
+    def _open(self) -> _OpenFiles:
+        if self._local.inherited:
+            # handles and maps from the parent: never read through them, release them here
+            for file_no in self._local.pop() or ():
+                self.sources[file_no].forget_if_inherited()
+        return self._local.get_or_make(OrderedDict)
 
     def __repr__(self) -> str:
         return f"FilePool({len(self.sources)} files, max_open={self.max_open})"

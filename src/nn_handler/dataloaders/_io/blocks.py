@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import numpy as np
 
 from .decode import ChunkCodec, ChunkDecodeError
 from .indices import IndexArray
+from .process import PerProcess
 from .source import H5Source
 from .threads import run_parallel
 
@@ -40,59 +40,51 @@ _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch, cache a
 _Task = tuple[tuple[int, ...], np.ndarray[Any, Any]]
 
 
+class _Entries:
+    """One process's decoded blocks, least recently used first."""
+
+    def __init__(self) -> None:
+        self.blocks: OrderedDict[int, np.ndarray[Any, Any]] = OrderedDict()
+        self.nbytes = 0
+        self.lock = threading.Lock()
+
+
 class BlockCache:
     """A per-process LRU of decoded blocks, bounded in bytes by a budget read on each insert."""
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[int, np.ndarray[Any, Any]] = OrderedDict()
-        self._nbytes = 0
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._local: PerProcess[_Entries] = PerProcess(_Entries)
 
     @property
     def nbytes(self) -> int:
         """Bytes held now."""
-        return self._nbytes
+        return self._local.get().nbytes
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._local.get().blocks)
 
     def get(self, key: int) -> np.ndarray[Any, Any] | None:
-        with self._lock:
-            self._check_pid()
-            found = self._entries.get(key)
+        local = self._local.get()
+        with local.lock:
+            found = local.blocks.get(key)
             if found is not None:
-                self._entries.move_to_end(key)
+                local.blocks.move_to_end(key)
             return found
 
     def put(self, key: int, block: np.ndarray[Any, Any], budget: int) -> None:
         if block.nbytes > budget:
             return  # would evict everything and still not fit
-        with self._lock:
-            self._check_pid()
-            old = self._entries.pop(key, None)
-            self._nbytes -= 0 if old is None else old.nbytes
-            while self._entries and self._nbytes + block.nbytes > budget:
-                self._nbytes -= self._entries.popitem(last=False)[1].nbytes
-            self._entries[key] = block
-            self._nbytes += block.nbytes
+        local = self._local.get()
+        with local.lock:
+            old = local.blocks.pop(key, None)
+            local.nbytes -= 0 if old is None else old.nbytes
+            while local.blocks and local.nbytes + block.nbytes > budget:
+                local.nbytes -= local.blocks.popitem(last=False)[1].nbytes
+            local.blocks[key] = block
+            local.nbytes += block.nbytes
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._nbytes = 0
-
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():  # inherited through fork: not ours to grow
-            self._entries.clear()
-            self._nbytes = 0
-            self._pid = os.getpid()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+        self._local.pop()
 
 
 class ChunkBlocks:

@@ -9,9 +9,10 @@ different type simply replaces the entry.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
+
+from .process import PerProcess
 
 __all__ = ["TypeMemo"]
 
@@ -23,26 +24,21 @@ class TypeMemo(Generic[T]):
     """``slot -> (HDF5 type, derived value)``, dropped on pickle and in a new process."""
 
     def __init__(self) -> None:
-        self._slots: dict[Hashable, tuple[Any, T]] = {}
-        self._pid = os.getpid()
+        self._slots: PerProcess[dict[Hashable, tuple[Any, T]]] = PerProcess(dict)
 
     def get(self, slot: Hashable, tid: Any, derive: Callable[[Any], T]) -> T:
         """Return ``derive(tid)``, reusing the value stored for ``slot`` if its type is equal."""
-        if self._pid != os.getpid():
-            self._slots, self._pid = {}, os.getpid()
-        hit = self._slots.get(slot)
+        slots = self._slots.get()
+        hit = slots.get(slot)
         if hit is not None and hit[0].equal(tid):
             return hit[1]
         value = derive(tid)
-        if len(self._slots) >= _MAX_SLOTS:
-            self._slots = {}
+        if len(slots) >= _MAX_SLOTS:
+            slots.clear()
         # a transient copy: a committed type's id would keep its file open past close()
-        self._slots[slot] = (tid.copy(), value)
+        slots[slot] = (tid.copy(), value)
         return value
 
     def clear(self) -> None:
         """Forget every entry."""
-        self._slots = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_slots": {}, "_pid": -1}
+        self._slots.pop()

@@ -21,7 +21,6 @@ The memory map is checked against h5py on the first and last row before it is tr
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import h5py
@@ -30,6 +29,7 @@ import numpy as np
 from .blocks import ChunkBlocks
 from .decode import codec_for
 from .indices import IndexArray, as_index_array, normalize_index, plan_slabs
+from .process import PerProcess
 from .source import H5Source
 
 __all__ = ["RowReader"]
@@ -67,8 +67,7 @@ class RowReader:
         self.chunk_rows: int | None = int(dset.chunks[0]) if dset.chunks else None
         self.row_nbytes: int = self.dtype.itemsize * math.prod(self.row_shape)
         self._mapped = _mapped_layout(dset, source, self.row_nbytes)
-        self._view: np.ndarray[Any, Any] | None = None
-        self._view_pid = -1
+        self._view: PerProcess[np.ndarray[Any, Any]] = PerProcess()
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
         self._blocks = None if self._mapped is not None else _block_reader(dset, source)
@@ -203,19 +202,20 @@ class RowReader:
             out[lo - start : hi - start] = span.view(self.dtype).reshape(hi - lo, *self.row_shape)
 
     def _mapped_view(self) -> np.ndarray[Any, Any]:
+        return self._view.get_or_make(self._map_file)
+
+    def _map_file(self) -> np.ndarray[Any, Any]:
         # One byte-strided view of the whole file whose element k is the row-sized record at
         # byte k: gathering any set of row offsets is then a single fancy-index call.
-        if self._view is None or self._view_pid != os.getpid():
-            mapped = np.memmap(self.source.path, dtype=np.uint8, mode="r")
-            self._view = np.ndarray(
-                shape=(mapped.size - self.row_nbytes + 1,),
-                dtype=np.dtype((np.void, self.row_nbytes)),
-                buffer=mapped,
-                offset=0,
-                strides=(1,),
-            )
-            self._view_pid = os.getpid()
-        return self._view
+        mapped = np.memmap(self.source.path, dtype=np.uint8, mode="r")
+        view: np.ndarray[Any, Any] = np.ndarray(
+            shape=(mapped.size - self.row_nbytes + 1,),
+            dtype=np.dtype((np.void, self.row_nbytes)),
+            buffer=mapped,
+            offset=0,
+            strides=(1,),
+        )
+        return view
 
     def _dataset(self) -> h5py.Dataset:
         # block readers keep decoded chunks themselves: HDF5's cache would double the memory
@@ -252,11 +252,6 @@ class RowReader:
             return False
         expected = dset[probe.tolist()]
         return bool(mapped.tobytes() == np.ascontiguousarray(expected).tobytes())
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_view=None, _view_pid=-1)
-        return state
 
     def __repr__(self) -> str:
         shape = (self.length, *self.row_shape)

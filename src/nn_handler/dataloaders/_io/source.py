@@ -15,12 +15,13 @@ import os
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
 import h5py
 
 from ..._validate import check_choice, check_non_negative_int, check_probability, format_names
+from .process import PerProcess
 
 __all__ = ["FileOptions", "H5Source", "LockingMode", "close_inherited_sources", "dataset_keys"]
 
@@ -65,6 +66,14 @@ class FileOptions:
         check_choice("locking", self.locking, _LOCKING_CHOICES)
 
 
+@dataclass
+class _OpenFile:
+    """This process's handle on the file and the datasets looked up through it."""
+
+    file: h5py.File
+    datasets: dict[str, h5py.Dataset] = field(default_factory=dict)
+
+
 class H5Source:
     """A lazily opened, fork-aware and picklable handle on one HDF5 file.
 
@@ -89,10 +98,8 @@ class H5Source:
             self.path = os.fspath(path)
             _check_is_hdf5(self.path)
         self.options = options
-        self._lock = threading.Lock()
-        self._file: h5py.File | None = None
-        self._datasets: dict[str, h5py.Dataset] = {}
-        self._pid = -1
+        self._lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+        self._open_file: PerProcess[_OpenFile] = PerProcess()
 
     @property
     def is_path(self) -> bool:
@@ -102,22 +109,26 @@ class H5Source:
     @property
     def is_open(self) -> bool:
         """True when this process holds an open handle."""
-        return self._file is not None and self._pid == os.getpid() and bool(self._file.id.valid)
+        opened = self._open_file.peek()
+        return opened is not None and bool(opened.file.id.valid)
 
     @property
     def file(self) -> h5py.File:
         """The open ``h5py.File`` for this process, opened on first use."""
-        handle = self._file
-        if handle is not None and self._pid == os.getpid():
-            return handle
-        with self._lock:
-            if self._file is not None and self._pid != os.getpid():
+        return self._opened().file
+
+    def _opened(self) -> _OpenFile:
+        opened = self._open_file.peek()
+        if opened is not None:
+            return opened
+        with self._lock.get():
+            if self._open_file.inherited:
                 self._forget()
-            if self._file is None:
-                self._file = self._open()
-                self._pid = os.getpid()
+            opened = self._open_file.peek()
+            if opened is None:
+                opened = self._open_file.set(_OpenFile(self._open()))
                 _OPEN_SOURCES.add(self)
-            return self._file
+            return opened
 
     def dataset(self, key: str, *, arg: str = "key", chunk_cache: bool = True) -> h5py.Dataset:
         """Return the dataset at ``key`` (cached per process; nested paths allowed).
@@ -130,8 +141,9 @@ class H5Source:
             KeyError: ``key`` is missing; the message lists the datasets the file has.
             TypeError: ``key`` names a group, not a dataset.
         """
-        handle = self.file
-        cached = self._datasets.get(key if chunk_cache else f"{key}\0nocache")
+        opened = self._opened()
+        handle = opened.file
+        cached = opened.datasets.get(key if chunk_cache else f"{key}\0nocache")
         if cached is not None:
             return cached
         if not chunk_cache:
@@ -147,44 +159,48 @@ class H5Source:
                 f"{arg}={key!r} in {self.path!r} is a {type(obj).__name__}, not a dataset; "
                 f"datasets in the file: {format_names(dataset_keys(handle))}"
             )
-        self._datasets[key] = obj
+        opened.datasets[key] = obj
         return obj
 
     def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
         self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
-        self._datasets.pop(key)
+        opened = self._opened()
+        opened.datasets.pop(key)
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.options.rdcc_nslots, 0, self.options.rdcc_w0)
-        dset = h5py.Dataset(h5py.h5d.open(self.file.id, key.encode(), dapl))
-        self._datasets[f"{key}\0nocache"] = dset
+        dset = h5py.Dataset(h5py.h5d.open(opened.file.id, key.encode(), dapl))
+        opened.datasets[f"{key}\0nocache"] = dset
         return dset
 
     def close(self) -> None:
         """Close this process's handle (a later read reopens it)."""
-        with self._lock:
+        with self._lock.get():
             self._forget()
 
     def set_options(self, options: FileOptions) -> None:
         """Open with ``options`` from now on (closes this process's handle; reads reopen it)."""
-        with self._lock:
+        with self._lock.get():
             self.options = options
             self._forget()
 
+    @property
+    def inherited(self) -> bool:
+        """True when this object holds a handle that another process opened."""
+        return self._open_file.inherited
+
     def forget_if_inherited(self) -> None:
         """Drop a handle that another process opened (used in fresh workers)."""
-        with self._lock:
-            if self._file is not None and self._pid != os.getpid():
+        with self._lock.get():
+            if self._open_file.inherited:
                 self._forget()
 
     def _forget(self) -> None:
-        handle, self._file = self._file, None
-        self._datasets = {}
-        self._pid = -1
+        opened = self._open_file.pop()
         _OPEN_SOURCES.discard(self)
-        if handle is not None:
+        if opened is not None:
             # an id already invalidated (e.g. by HDF5 in a forked child) must not block reopening
             with contextlib.suppress(Exception):
-                handle.close()
+                opened.file.close()
 
     def _open(self) -> h5py.File:
         _load_filter_plugins()
@@ -207,15 +223,6 @@ class H5Source:
         except OSError as exc:
             raise _explain_open_error(self.path, exc) from exc
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_lock=None, _file=None, _datasets={}, _pid=-1)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         status = "open" if self.is_open else "closed"
         return f"H5Source({self.path!r}, {status})"
@@ -237,7 +244,7 @@ def close_inherited_sources() -> int:
     """Close every handle this process inherited from its parent; return how many."""
     count = 0
     for source in list(_OPEN_SOURCES):
-        if source._file is not None and source._pid != os.getpid():
+        if source.inherited:
             source.forget_if_inherited()
             count += 1
     return count

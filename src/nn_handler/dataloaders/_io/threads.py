@@ -21,6 +21,7 @@ from typing import TypeVar
 from torch.utils.data import get_worker_info
 
 from ..._validate import check_positive_int
+from .process import PerProcess
 
 __all__ = ["decode_threads", "run_parallel", "set_decode_threads"]
 
@@ -31,10 +32,17 @@ ENV_VAR = "NN_HANDLER_DECODE_THREADS"
 _MAX_AUTO_THREADS = 8
 _IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-_pool_size = 0
+
+class _Pool:
+    """This process's decode threads."""
+
+    def __init__(self, threads: int) -> None:
+        self.size = threads
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="nn_handler-decode")
+
+
+_lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+_pool: PerProcess[_Pool] = PerProcess()
 _requested: int | None = None
 
 
@@ -53,7 +61,7 @@ def set_decode_threads(threads: int | None) -> None:
     """
     global _requested
     value = None if threads is None else check_positive_int("threads", threads)
-    with _lock:
+    with _lock.get():
         _requested = value
         _drop_pool()
 
@@ -85,12 +93,12 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     pool = _executor()
     if pool is None:
         return [fn(item) for item in items]
-    limit = _IN_FLIGHT_PER_THREAD * _pool_size
+    limit = _IN_FLIGHT_PER_THREAD * pool.size
     results: list[R] = []
     pending: deque[Future[R]] = deque()
     try:
         for item in items:
-            pending.append(pool.submit(fn, item))
+            pending.append(pool.executor.submit(fn, item))
             if len(pending) >= limit:
                 results.append(pending.popleft().result())
         while pending:
@@ -103,43 +111,29 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     return results
 
 
-def _executor() -> ThreadPoolExecutor | None:
-    global _pool, _pool_pid, _pool_size
+def _executor() -> _Pool | None:
     threads = decode_threads()
     if threads < 2:
         return None
-    pool = _pool
-    if pool is not None and _pool_pid == os.getpid() and _pool_size == threads:
+    pool = _pool.peek()
+    if pool is not None and pool.size == threads:
         return pool
-    with _lock:
-        if _pool is None or _pool_pid != os.getpid() or _pool_size != threads:
+    with _lock.get():
+        pool = _pool.peek()
+        if pool is None or pool.size != threads:
             _drop_pool()
-            _pool = ThreadPoolExecutor(threads, thread_name_prefix="nn_handler-decode")
-            _pool_pid, _pool_size = os.getpid(), threads
-        return _pool
+            pool = _pool.set(_Pool(threads))
+        return pool
 
 
 def _drop_pool() -> None:
-    global _pool, _pool_pid, _pool_size
-    pool, _pool = _pool, None
-    if pool is not None and _pool_pid == os.getpid():
-        pool.shutdown(wait=False)
-    _pool_pid, _pool_size = -1, 0
+    own = _pool.peek()  # an inherited pool's threads do not exist in this process
+    _pool.pop()
+    if own is not None:
+        own.executor.shutdown(wait=False)
 
 
 def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - macOS / Windows
-
-
-def _after_fork_in_child() -> None:
-    # The parent's threads do not exist here, and a lock held by one of them at fork time
-    # would stay locked forever: start from a clean slate.
-    global _lock, _pool, _pool_pid, _pool_size
-    _lock = threading.Lock()
-    _pool = None
-    _pool_pid, _pool_size = -1, 0
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -19,7 +19,6 @@ than the data.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ import h5py
 import numpy as np
 
 from .._io.h5types import TypeMemo
+from .._io.process import PerProcess
 
 __all__ = ["SampleReader"]
 
@@ -47,10 +47,10 @@ class SampleReader:
 
     def __init__(self, paths: list[str]) -> None:
         self._paths = paths
-        self._maps: dict[int, np.memmap[Any, np.dtype[np.uint8]]] = {}
-        self._trusted: dict[int, bool] = {}  # file -> memory map verified against HDF5
+        self._maps: PerProcess[dict[int, np.memmap[Any, np.dtype[np.uint8]]]] = PerProcess(dict)
+        # file -> memory map verified against HDF5
+        self._trusted: PerProcess[dict[int, bool]] = PerProcess(dict)
         self._types: TypeMemo[_DataType] = TypeMemo()
-        self._pid = os.getpid()
 
     def read(self, file_no: int, dsid: Any, where: Callable[[], str]) -> np.ndarray[Any, Any]:
         """Return the whole dataset ``dsid`` (of file ``file_no``) as a new array."""
@@ -65,7 +65,7 @@ class SampleReader:
                 "H5SampleDataset reads numeric and bool datasets"
             )
         nbytes = math.prod(shape) * dtype.itemsize
-        if kind.raw and self._trusted.get(file_no, True):
+        if kind.raw and self._trusted.get().get(file_no, True):
             raw = self._mapped(file_no, dsid, nbytes)
             if raw is not None:
                 return self._checked(file_no, dsid, raw.view(dtype).reshape(shape))
@@ -73,14 +73,16 @@ class SampleReader:
 
     def close(self) -> None:
         """Drop this process's memory maps."""
-        self._maps, self._trusted = {}, {}
+        self._maps.pop()
+        self._trusted.pop()
         self._types.clear()
 
     def _checked(self, file_no: int, dsid: Any, arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        if file_no in self._trusted:
+        trusted = self._trusted.get()
+        if file_no in trusted:
             return arr
         expected = _hdf5_read(dsid, arr.shape, arr.dtype)
-        self._trusted[file_no] = expected.tobytes() == arr.tobytes()
+        trusted[file_no] = expected.tobytes() == arr.tobytes()
         return expected
 
     def _mapped(self, file_no: int, dsid: Any, nbytes: int) -> np.ndarray[Any, Any] | None:
@@ -93,22 +95,11 @@ class SampleReader:
         return np.array(view[offset : offset + nbytes])
 
     def _view(self, file_no: int) -> np.memmap[Any, np.dtype[np.uint8]]:
-        if self._pid != os.getpid():
-            self._maps, self._trusted, self._pid = {}, {}, os.getpid()
-        view = self._maps.get(file_no)
+        maps = self._maps.get()
+        view = maps.get(file_no)
         if view is None:
-            view = np.memmap(self._paths[file_no], dtype=np.uint8, mode="r")
-            self._maps[file_no] = view
+            view = maps[file_no] = np.memmap(self._paths[file_no], dtype=np.uint8, mode="r")
         return view
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "_paths": self._paths,
-            "_maps": {},
-            "_trusted": {},
-            "_types": TypeMemo(),
-            "_pid": -1,
-        }
 
 
 def _data_type(tid: Any) -> _DataType:
