@@ -216,15 +216,19 @@ def test_sizes_the_chunk_cache_for_its_window(make_h5, caplog):
     path = make_h5({"x": (images(200), "gzip"), "y": np.arange(200)})
     row = 3 * 4 * 4
     ds = H5LazyDataset(path, "x", "y", rdcc_nbytes=1000)
-    with caplog.at_level(logging.INFO, logger="nn_handler.dataloaders.chunk_sampler"):
-        sampler = ChunkShuffleSampler(ds, window_chunks=5)
+    sampler = ChunkShuffleSampler(ds, window_chunks=5)
+    assert ds.chunk_cache_nbytes == 1000  # the sampler reads numbers, it never resizes
+    with caplog.at_level(logging.INFO, logger="nn_handler.dataloaders.loader"):
+        batched_loader(ds, 16, sampler=sampler)  # the loader sizes the cache for the window
     assert ds.chunk_cache_nbytes == (5 + 2) * 8 * row
     assert "grown from 1000 to 2688 bytes" in caplog.text
     roomy = H5LazyDataset(path, "x", rdcc_nbytes=10**6)
     assert ChunkShuffleSampler(roomy).window_chunks == 64  # default window: what the cache holds
     assert roomy.chunk_cache_nbytes == 10**6
     small = H5LazyDataset(path, "x", rdcc_nbytes=10 * 8 * row)
-    assert ChunkShuffleSampler(small, size_cache=False).window_chunks == 8
+    unsized = ChunkShuffleSampler(small, size_cache=False)
+    assert unsized.window_chunks == 8
+    batched_loader(small, 16, sampler=unsized)
     assert small.chunk_cache_nbytes == 10 * 8 * row
     x, y = ds[list(sampler)[:10]]
     np.testing.assert_array_equal(x.numpy(), h5_rows(path, "x", y.numpy()))

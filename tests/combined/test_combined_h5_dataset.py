@@ -15,7 +15,7 @@ from nn_handler.dataloaders.combined_h5_dataset import CombinedHDF5Dataset as Di
 
 from helpers.recordings import FIELD_NAMES, GUID_KINDS, C, T, read_file, reference, write_recording
 
-LOGGER = "nn_handler.dataloaders.combined_h5_dataset"
+LOGGER = "nn_handler.dataloaders"  # the dataset and its internals log under their own names
 LENGTHS = [40, 0, 25, 60, 13]
 
 

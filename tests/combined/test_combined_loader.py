@@ -18,7 +18,7 @@ from nn_handler.dataloaders import (
 
 from helpers.recordings import FIELD_NAMES, read_file, write_recording
 
-LOGGER = "nn_handler.dataloaders.combined_h5_dataset"
+LOGGER = "nn_handler.dataloaders"  # the dataset and its internals log under their own names
 SEED = 3
 
 

@@ -1,6 +1,7 @@
 """Parallel chunk decoding: bytes identical to h5py for every filter combination we claim."""
 
 import itertools
+import re
 import zlib
 
 import h5py
@@ -204,9 +205,12 @@ def test_corrupt_chunk_raises_as_h5py_does(tmp_path):
         fh.write(bytes([byte ^ 0xFF]))
     r = reader(path, swmr=False)
     np.testing.assert_array_equal(r.read([0, 99]), data[[0, 99]])  # other chunks still fine
-    with pytest.raises(OSError, match="filter returned failure"):
+    with h5py.File(path, "r") as f, pytest.raises(OSError, match="read") as theirs:
+        f["x"][35]
+    hdf5_says = re.escape(str(theirs.value))  # the wording depends on the HDF5 version
+    with pytest.raises(OSError, match=hdf5_says):
         r.read([35])
-    with pytest.raises(OSError, match="filter returned failure"):
+    with pytest.raises(OSError, match=hdf5_says):
         r.read_range(0, 100)
 
 

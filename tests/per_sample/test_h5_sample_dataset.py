@@ -18,7 +18,7 @@ from nn_handler.dataloaders._per_sample import files as sample_files
 from helpers.files import LAYOUTS
 from helpers.samples import fixed, h5_sample, trajectories, write_samples
 
-LOGGER = "nn_handler.dataloaders.h5_sample_dataset"
+LOGGER = "nn_handler.dataloaders"  # the dataset and its internals log under their own names
 
 
 def negate(t: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..dataloaders._io.tensors import check_device
+from .._validate import check_device
 
 _PRECISIONS: dict[Any, str | None] = {
     False: None,

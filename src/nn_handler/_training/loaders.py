@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,43 +29,25 @@ from torch.utils.data import (
     DataLoader,
     IterableDataset,
     RandomSampler,
-    Sampler,
     SequentialSampler,
 )
 
 from .._validate import format_names
-from ..dataloaders.loader import EpochBatchSampler
-from ..dataloaders.samplers import DistributedEpochSampler, EpochShuffleSampler
+from ..dataloaders import (
+    STATE_CONSUMED,
+    DistributedEpochSampler,
+    EpochShuffleSampler,
+    Resumable,
+    ShardSampler,
+    batched_loader,
+    indexes_batches,
+    is_rank_sharded,
+    set_epoch_once,
+)
 from ..distributed import World
 
 Role = Literal["train", "val"]
 LOADER_KEYWORDS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self", "dataset"}
-
-
-def is_rank_sharded(dataset: Any) -> bool:
-    """True for datasets that hold only this rank's shard (``is_rank_sharded = True``)."""
-    return getattr(type(dataset), "is_rank_sharded", False) is True
-
-
-class ShardSampler(Sampler[int]):
-    """This rank's positions ``rank, rank + world_size, …`` of ``range(data_len)``, unpadded.
-
-    For evaluation: every sample is seen by exactly one rank; ranks may see one sample more
-    or less than each other, which is fine where no gradients are synchronized.
-    """
-
-    def __init__(self, data_len: int, world: World) -> None:
-        self.data_len = data_len
-        self.world = world
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.world.rank, self.data_len, self.world.world_size))
-
-    def __len__(self) -> int:
-        return len(range(self.world.rank, self.data_len, self.world.world_size))
-
-    def __repr__(self) -> str:
-        return f"ShardSampler(data_len={self.data_len}, {self.world})"
 
 
 def build_loader(
@@ -139,19 +121,18 @@ def _check_same_world(dataset: Any, world: World) -> None:
 
 
 def _make_loader(data: Any, options: dict[str, Any]) -> DataLoader[Any]:
-    sampler: Any = options.get("sampler")
     batched = (
-        sampler is not None
-        and getattr(data, "supports_batch_indexing", False) is True
+        options.get("sampler") is not None
+        and indexes_batches(data)
         and options.get("batch_size", 1) is not None
         and "collate_fn" not in options
+        and "shuffle" not in options  # DataLoader reports the conflict with a sampler itself
     )
     if not batched:
         return DataLoader(data, **options)
-    # One dataset call per batch (no per-sample split and re-stack), as batched_loader does.
-    batch_size, drop_last = options.pop("batch_size", 1), options.pop("drop_last", False)
-    options["sampler"] = EpochBatchSampler(sampler, batch_size, drop_last)
-    return DataLoader(data, batch_size=None, **options)
+    # One dataset call per batch (no per-sample split and re-stack).
+    batch_size = options.pop("batch_size", 1)
+    return batched_loader(data, batch_size, **options)
 
 
 @dataclass(frozen=True)
@@ -186,12 +167,8 @@ class LoaderParts:
 
     def set_epoch(self, epoch: int) -> None:
         """Call ``set_epoch(epoch)`` once on the outermost sampler that has it, and the dataset."""
-        for sampler in (self.outer, self.inner):
-            if callable(getattr(sampler, "set_epoch", None)):
-                sampler.set_epoch(epoch)
-                break
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)
+        set_epoch_once((self.outer, self.inner), epoch)
+        set_epoch_once((self.dataset,), epoch)
 
     def position_state(self, batches: int) -> dict[str, Any] | None:
         """The index sampler's state after ``batches`` trained batches, or None if it has none.
@@ -200,13 +177,12 @@ class LoaderParts:
         from a state; ``consumed`` is replaced by what was trained, since workers prefetch.
         """
         sampler = self.index_sampler
-        if not callable(getattr(sampler, "load_state_dict", None)):
+        if not isinstance(sampler, Resumable):
             return None
-        state = getattr(sampler, "state_dict", None)
-        current = dict(state()) if callable(state) else {}
-        if "consumed" not in current:
+        current = dict(sampler.state_dict())
+        if STATE_CONSUMED not in current:
             return None
-        current["consumed"] = min(batches * self.per_batch, len(sampler))
+        current[STATE_CONSUMED] = min(batches * self.per_batch, len(sampler))
         return current
 
     def load_position(self, state: dict[str, Any]) -> None:

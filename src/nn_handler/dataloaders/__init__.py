@@ -5,38 +5,67 @@ Every public name is importable from here and from its own module (for example
 """
 
 from ._io.threads import decode_threads, set_decode_threads
+from ._protocols import (
+    STATE_CONSUMED,
+    STATE_EPOCH,
+    STATE_SEED,
+    BatchIndexable,
+    ChunkAware,
+    ChunkWindowed,
+    EpochAware,
+    RankSharded,
+    Resumable,
+    indexes_batches,
+    is_rank_sharded,
+    set_epoch_once,
+)
 from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
-from .loader import EpochBatchSampler, batched_loader
+from .loader import EpochBatchSampler, batched_loader, fit_chunk_cache
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
     DistributedEpochSampler,
     EpochShuffleSampler,
+    ShardSampler,
     _balanced_contiguous_shard,
     _interleaved_indices,
     epoch_permutation,
 )
 
 __all__ = [
+    "BatchIndexable",
+    "ChunkAware",
     "ChunkShuffleSampler",
+    "ChunkWindowed",
     "CombinedHDF5Dataset",
     "DevicePrefetcher",
     "DistributedEpochSampler",
+    "EpochAware",
     "EpochBatchSampler",
     "EpochShuffleSampler",
     "H5LazyDataset",
     "H5SampleDataset",
     "RankMemCachedH5Dataset",
+    "RankSharded",
+    "Resumable",
+    "STATE_CONSUMED",
+    "STATE_EPOCH",
+    "STATE_SEED",
+    "ShardSampler",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",
     "create_optimized_dataloader",
     "decode_threads",
     "epoch_permutation",
+    "fit_chunk_cache",
     "h5_worker_init_fn",
+    "indexes_batches",
+    "is_rank_sharded",
     "pad_collate",
     "set_decode_threads",
+    "set_epoch_once",
 ]

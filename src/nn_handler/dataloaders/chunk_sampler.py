@@ -22,7 +22,6 @@ part within windows with its own generator. The order is a pure function of
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sized
 from typing import Any
 
@@ -30,14 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from .._validate import check_non_negative_int, check_positive_int
+from ._protocols import ChunkAware
 from .samplers import DistributedEpochSampler, EvenMode, _fit_length
 
 __all__ = ["ChunkShuffleSampler"]
 
-_LOG = logging.getLogger(__name__)
 MIN_WINDOW_CHUNKS = 8
 MAX_WINDOW_CHUNKS = 64
-_BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning
 
 
 class ChunkShuffleSampler(DistributedEpochSampler):
@@ -59,8 +57,9 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         batch_size: The loader's batch size; needed with ``num_workers > 1``.
         num_workers: The loader's ``num_workers``: with 2 or more, batches are dealt so each
             worker reads its own chunks (see the module docstring).
-        size_cache: Grow the dataset's chunk cache (``set_chunk_cache``) when a window of
-            chunks would not fit in it, and log the new size.
+        size_cache: Ask the loader to grow the dataset's chunk cache when a window of chunks
+            would not fit in it (``batched_loader`` does, and logs the new size). The sampler
+            itself only reads numbers from the dataset; it never touches its file.
 
     Raises:
         TypeError: ``dataset`` has no length, or no ``chunk_rows`` and no ``block_size`` given.
@@ -123,8 +122,7 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             )
         if not isinstance(size_cache, bool):
             raise TypeError(f"size_cache must be True or False, got {size_cache!r}")
-        if size_cache:
-            _fit_cache(dataset, self.block_size, self.window_chunks + 2)
+        self.size_cache = size_cache
 
     @property
     def num_blocks(self) -> int:
@@ -215,7 +213,7 @@ def _length(dataset: Any) -> int:
 def _block_size(dataset: Any, block_size: int | None) -> int:
     if block_size is not None:
         return check_positive_int("block_size", block_size)
-    if isinstance(dataset, (int, np.integer)) or not hasattr(dataset, "chunk_rows"):
+    if not isinstance(dataset, ChunkAware):
         raise TypeError(
             f"{type(dataset).__name__} has no chunk_rows: pass block_size=<rows per chunk>"
         )
@@ -224,36 +222,10 @@ def _block_size(dataset: Any, block_size: int | None) -> int:
 
 
 def _default_window(dataset: Any, block: int) -> int:
-    need = getattr(dataset, "window_cache_nbytes", None)
-    budget = getattr(dataset, "chunk_cache_nbytes", None)
-    if not callable(need) or not isinstance(budget, int):
+    if not isinstance(dataset, ChunkAware):
         return 32
-    per_block = int(need(block, 1))
+    per_block = int(dataset.window_cache_nbytes(block, 1))
     if per_block == 0:  # no chunk cache involved (contiguous or memory-mapped reads)
         return MAX_WINDOW_CHUNKS
+    budget = dataset.chunk_cache_nbytes
     return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, budget // per_block - 2))
-
-
-def _fit_cache(dataset: Any, block: int, blocks: int) -> None:
-    need_fn = getattr(dataset, "window_cache_nbytes", None)
-    resize = getattr(dataset, "set_chunk_cache", None)
-    budget = getattr(dataset, "chunk_cache_nbytes", None)
-    if not callable(need_fn) or not callable(resize) or not isinstance(budget, int):
-        return
-    need = int(need_fn(block, blocks))
-    if need <= budget:
-        return
-    resize(need)
-    log = _LOG.warning if need > _BIG_CACHE else _LOG.info
-    log(
-        "ChunkShuffleSampler: chunk cache of %r grown from %d to %d bytes per key so a window "
-        "of %d blocks of %d rows stays decoded%s",
-        dataset,
-        budget,
-        need,
-        blocks,
-        block,
-        " (per DataLoader worker: pass a smaller window_chunks to use less memory)"
-        if need > _BIG_CACHE
-        else "",
-    )

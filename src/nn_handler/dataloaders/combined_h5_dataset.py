@@ -18,19 +18,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from .._validate import check_non_negative_int
+from .._validate import check_choice, check_non_negative_int, check_positive_int
+from ..distributed import World
 from ._combined.batch import check_float_dtype, read_rows, split_batch, to_batch
 from ._combined.cache import SampleCache
 from ._combined.fields import field_list, resolve_field_names
 from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
-from ._combined.loader import create_optimized_dataloader
+from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
 from ._io.indices import IndexArray, as_index_array, normalize_index
 from ._io.process import PerProcess
 from ._io.source import FileOptions, LockingMode
+from .loader import batched_loader
+from .samplers import DistributedEpochSampler, EvenMode
 
 __all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
 
@@ -307,6 +310,91 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             f"filters=[{filters}], cache_size={self.cache_size}, "
             f"open_files={len(self._pool.open_files)})"
         )
+
+
+def create_optimized_dataloader(
+    hdf5_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    batch_size: int,
+    num_workers: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+    even: EvenMode = "pad",
+    pin_memory: bool | None = None,
+    persistent_workers: bool | None = None,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+    timeout: float = 0.0,
+    **dataset_kwargs: Any,
+) -> DataLoader[Any]:
+    """Return a DataLoader of stacked batches from ``CombinedHDF5Dataset(hdf5_files, ...)``.
+
+    The sampler is a ``DistributedEpochSampler``: each epoch one permutation (a pure function
+    of ``seed`` and the epoch), dealt round-robin to the ranks. Call
+    ``loader.sampler.set_epoch(epoch)`` before each epoch to reshuffle. Per epoch, with ``N``
+    samples and ``W`` ranks:
+
+    * ``even="pad"`` (default): every rank gets ``ceil(N / W)`` samples. Together they cover
+      all ``N``; the ``ceil(N / W) * W - N <= W - 1`` extra places repeat the first samples of
+      the epoch's permutation once each (the only overlap between ranks).
+    * ``even="drop"``: every rank gets ``floor(N / W)`` samples, pairwise disjoint; the last
+      ``N mod W`` samples of the permutation (different ones each epoch) are skipped.
+
+    Every rank therefore runs the same number of batches. Batches are read whole by the dataset
+    (``batched_loader``): a dict of stacked tensors, strings as lists of ``str``.
+
+    Args:
+        hdf5_files: One path or a sequence of paths.
+        batch_size: Samples per batch on each rank.
+        num_workers: DataLoader workers per rank. None picks
+            ``min(8, cores // ranks on this node)`` (cores this process may run on; ranks
+            from ``LOCAL_WORLD_SIZE``, else ``world_size``).
+        rank: This rank (detected from ``torch.distributed`` / the environment when None).
+        world_size: Number of ranks (detected when None).
+        shuffle: Shuffle anew each epoch (False keeps file order, still dealt round-robin).
+        seed: Shuffle seed, the same on every rank.
+        drop_last: Drop each rank's last incomplete batch.
+        even: ``"pad"`` or ``"drop"`` (see above).
+        pin_memory: Pin batches for CUDA (default: when CUDA is available; without CUDA,
+            True is a no-op, logged once).
+        persistent_workers: Keep workers between epochs (default: when ``num_workers > 0``).
+        prefetch_factor: Batches prefetched per worker (only with workers; torch's default 2).
+        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None.
+        timeout: Seconds to wait for a batch from a worker (0: forever).
+        **dataset_kwargs: Any ``CombinedHDF5Dataset`` argument except ``paths`` and
+            ``pin_memory`` (``load_fields``, filters, ``cache_size``, ``dtype``, …).
+
+    Raises:
+        TypeError: an unknown keyword (the message lists the valid ones).
+        ValueError: no sample survives the filters, or options that need workers without them.
+    """
+    check_dataset_kwargs(dataset_kwargs, CombinedHDF5Dataset, create_optimized_dataloader)
+    check_positive_int("batch_size", batch_size)
+    check_choice("even", even, ("pad", "drop"))
+    world = World.detect(rank=rank, world_size=world_size)  # fail before reading any file
+    workers = choose_workers(num_workers, world.world_size)
+    options = loader_options(workers, pin_memory, persistent_workers, prefetch_factor)
+    if workers:
+        options.update(multiprocessing_context=multiprocessing_context, timeout=timeout)
+    # batches are pinned by the DataLoader (after the workers), not by the dataset
+    dataset = CombinedHDF5Dataset(hdf5_files, pin_memory=False, **dataset_kwargs)
+    if len(dataset) == 0:
+        raise ValueError(
+            "no sample is left after the filters "
+            f"(removed per filter: {dataset.get_stats()['removed_by_filter']}); nothing to load"
+        )
+    sampler = DistributedEpochSampler(
+        len(dataset),
+        seed=seed,
+        shuffle=shuffle,
+        rank=world.rank,
+        world_size=world.world_size,
+        even=even,
+    )
+    return batched_loader(dataset, batch_size, sampler=sampler, drop_last=drop_last, **options)
 
 
 def _check_bool(name: str, value: Any) -> bool:

@@ -10,6 +10,7 @@ the read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sized
 from typing import Any
 
@@ -24,8 +25,12 @@ from torch.utils.data import (
 )
 
 from .._validate import check_positive_int
+from ._protocols import ChunkAware, ChunkWindowed, Resumable, indexes_batches, set_epoch_once
 
-__all__ = ["EpochBatchSampler", "batched_loader"]
+__all__ = ["EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
+
+_LOG = logging.getLogger(__name__)
+_BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning
 
 
 class EpochBatchSampler(BatchSampler):
@@ -37,20 +42,16 @@ class EpochBatchSampler(BatchSampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Call ``set_epoch(epoch)`` on the wrapped sampler when it has one."""
-        set_epoch = getattr(self.sampler, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
+        set_epoch_once([self.sampler], epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the wrapped sampler's state (empty when it keeps none)."""
-        state_dict = getattr(self.sampler, "state_dict", None)
-        return dict(state_dict()) if callable(state_dict) else {}
+        return dict(self.sampler.state_dict()) if isinstance(self.sampler, Resumable) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the wrapped sampler's state."""
-        load = getattr(self.sampler, "load_state_dict", None)
-        if callable(load):
-            load(state)
+        if isinstance(self.sampler, Resumable):
+            self.sampler.load_state_dict(state)
         elif state:
             raise ValueError(
                 f"{type(self.sampler).__name__} keeps no state, but state {state!r} was given"
@@ -75,9 +76,11 @@ def batched_loader(
         batch_size: Samples per batch.
         shuffle: Shuffle with a ``RandomSampler`` (ignored when ``sampler`` is given).
         sampler: Sampler of single indices (e.g. ``EpochShuffleSampler``); batches are cut
-            from its order.
+            from its order. A chunk-window sampler (``ChunkShuffleSampler``) gets the
+            dataset's chunk cache grown to hold its window, unless it says ``size_cache=False``.
         drop_last: Drop the last incomplete batch.
-        generator: Random generator for ``shuffle=True``.
+        generator: Random generator for ``shuffle=True`` and for the workers' base seed (as
+            ``DataLoader(generator=...)`` uses it).
         **dataloader_kwargs: Any other ``DataLoader`` keyword (``num_workers``,
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
 
@@ -86,7 +89,7 @@ def batched_loader(
         ValueError: ``shuffle=True`` together with a ``sampler``.
     """
     check_positive_int("batch_size", batch_size)
-    if not getattr(dataset, "supports_batch_indexing", False):
+    if not indexes_batches(dataset):
         raise TypeError(
             f"{type(dataset).__name__} does not index whole batches "
             "(no supports_batch_indexing = True); use DataLoader(dataset, batch_size=...) instead"
@@ -101,5 +104,38 @@ def batched_loader(
     if sampler is None:
         sized: Sized = dataset  # type: ignore[assignment]
         sampler = RandomSampler(sized, generator=generator) if shuffle else SequentialSampler(sized)
+    fit_chunk_cache(dataset, sampler)
     batches = EpochBatchSampler(sampler, batch_size, drop_last)
-    return DataLoader(dataset, batch_size=None, sampler=batches, **dataloader_kwargs)
+    return DataLoader(
+        dataset, batch_size=None, sampler=batches, generator=generator, **dataloader_kwargs
+    )
+
+
+def fit_chunk_cache(dataset: object, sampler: object) -> None:
+    """Grow ``dataset``'s chunk cache so one window of ``sampler`` stays decoded.
+
+    A window of ``window_chunks`` blocks, plus the blocks at its two borders, must fit: a
+    smaller cache evicts chunks the window still needs, and they are decoded again. Nothing
+    happens unless the sampler walks chunk windows and asks for it (``size_cache``) and the
+    dataset has a chunk cache.
+    """
+    if not (isinstance(sampler, ChunkWindowed) and sampler.size_cache):
+        return
+    if not isinstance(dataset, ChunkAware):
+        return
+    blocks, budget = sampler.window_chunks + 2, dataset.chunk_cache_nbytes
+    need = int(dataset.window_cache_nbytes(sampler.block_size, blocks))
+    if need <= budget:
+        return
+    dataset.set_chunk_cache(need)
+    big = need > _BIG_CACHE
+    (_LOG.warning if big else _LOG.info)(
+        "chunk cache of %r grown from %d to %d bytes per key so a window of %d blocks of %d "
+        "rows stays decoded%s",
+        dataset,
+        budget,
+        need,
+        blocks,
+        sampler.block_size,
+        " (per DataLoader worker: pass a smaller window_chunks to use less memory)" if big else "",
+    )

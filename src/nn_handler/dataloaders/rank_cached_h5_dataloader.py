@@ -24,11 +24,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from .._validate import check_callable, check_choice, check_key, numpy_dtype
+from .._validate import check_callable, check_choice, check_device, check_key, numpy_dtype
 from ..distributed import World
 from ._io.indices import as_index_array, is_scalar_index, normalize_index
 from ._io.source import FileOptions, H5Source, LockingMode
-from ._io.tensors import check_device
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices

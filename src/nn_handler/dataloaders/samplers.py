@@ -25,10 +25,12 @@ from torch.utils.data import Sampler
 
 from .._validate import check_choice, check_int, check_non_negative_int
 from ..distributed import World
+from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_SEED
 
 __all__ = [
     "DistributedEpochSampler",
     "EpochShuffleSampler",
+    "ShardSampler",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "epoch_permutation",
@@ -133,7 +135,7 @@ class _EpochSampler(Sampler[int]):
 
     def state_dict(self) -> dict[str, Any]:
         """Return ``{"seed", "epoch", "consumed", <sizes>}`` (plain ints)."""
-        state = {"seed": self.seed, "epoch": self.epoch, "consumed": self._consumed}
+        state = {STATE_SEED: self.seed, STATE_EPOCH: self.epoch, STATE_CONSUMED: self._consumed}
         state.update({name: getattr(self, name) for name in self._state_sizes})
         return state
 
@@ -144,7 +146,7 @@ class _EpochSampler(Sampler[int]):
             KeyError / ValueError: keys are missing or unknown, or the sizes differ from this
                 sampler's (the state belongs to another dataset or world).
         """
-        expected = {"seed", "epoch", "consumed", *self._state_sizes}
+        expected = {STATE_SEED, STATE_EPOCH, STATE_CONSUMED, *self._state_sizes}
         if set(state) != expected:
             raise KeyError(
                 f"{type(self).__name__} state must have keys {sorted(expected)}, "
@@ -156,11 +158,11 @@ class _EpochSampler(Sampler[int]):
                     f"state was saved with {name}={state[name]!r} but this sampler has "
                     f"{name}={getattr(self, name)!r}"
                 )
-        consumed = check_non_negative_int("consumed", state["consumed"])
+        consumed = check_non_negative_int(STATE_CONSUMED, state[STATE_CONSUMED])
         if consumed > len(self):
             raise ValueError(f"consumed={consumed} exceeds the epoch length {len(self)}")
-        self.seed = check_int("seed", state["seed"])
-        self.epoch = check_non_negative_int("epoch", state["epoch"])
+        self.seed = check_int(STATE_SEED, state[STATE_SEED])
+        self.epoch = check_non_negative_int(STATE_EPOCH, state[STATE_EPOCH])
         self._resume_from = self._consumed = consumed
         self._last_pass_epoch = None
 
@@ -288,3 +290,29 @@ class DistributedEpochSampler(_EpochSampler):
             f"world_size={self.world_size}, seed={self.seed}, shuffle={self.shuffle}, "
             f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank})"
         )
+
+
+class ShardSampler(Sampler[int]):
+    """This rank's positions ``rank, rank + world_size, …`` of ``range(data_len)``, unpadded.
+
+    For evaluation: every sample is seen by exactly one rank, in file order; ranks may see one
+    sample more or less than each other, which is fine where no gradients are synchronized
+    (sum the metric's numerators and denominators across ranks).
+
+    Args:
+        data_len: Samples in the global dataset.
+        world: This process's place in the job (``World.detect()`` when None).
+    """
+
+    def __init__(self, data_len: int, world: World | None = None) -> None:
+        self.data_len = check_non_negative_int("data_len", data_len)
+        self.world = World.detect() if world is None else world
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __repr__(self) -> str:
+        return f"ShardSampler(data_len={self.data_len}, {self.world})"

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ..._validate import format_names
+from .._io.h5types import is_string_dtype
+from .._io.members import describe_member
 from .._io.source import H5Source, dataset_keys
 
 __all__ = [
@@ -49,7 +50,7 @@ class FieldInfo:
     @property
     def is_string(self) -> bool:
         """True for fixed- or variable-length strings (bytes or str)."""
-        return self.dtype.kind in "SU" or h5py.check_string_dtype(self.dtype) is not None
+        return is_string_dtype(self.dtype)
 
     @property
     def row_nbytes(self) -> int:
@@ -113,13 +114,12 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
         ValueError: no field is present, a field is a scalar, or lengths differ.
         TypeError: a field's path names a group.
     """
-    handle = source.file
     found: dict[str, FieldInfo] = {}
     for name, key in keys.items():
-        obj = handle.get(key)
+        obj = describe_member(source, key)
         if obj is None:
             continue
-        if not isinstance(obj, h5py.Dataset):
+        if obj.kind == "group" or obj.dtype is None:
             raise TypeError(
                 f"field {name!r} ({key!r}) in {source.path!r} is a group, not a dataset"
             )
@@ -128,12 +128,12 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
                 f"field {name!r} ({key!r}) in {source.path!r} is a scalar dataset; "
                 "per-sample fields need samples along axis 0"
             )
-        found[name] = FieldInfo(key, int(obj.shape[0]), tuple(obj.shape[1:]), obj.dtype)
+        found[name] = FieldInfo(key, obj.shape[0], obj.shape[1:], obj.dtype)
     if not found:
         raise ValueError(
             f"{source.path!r} holds none of the fields {format_names(keys)} (looked up as "
             f"{format_names(keys.values())}); it has datasets: "
-            f"{format_names(dataset_keys(handle))}. Map your names with field_names="
+            f"{format_names(dataset_keys(source.file))}. Map your names with field_names="
         )
     lengths = {info.length for info in found.values()}
     if len(lengths) > 1:

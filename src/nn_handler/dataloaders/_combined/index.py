@@ -42,7 +42,7 @@ from .metadata import (
 
 __all__ = ["IndexResult", "build_index"]
 
-_log = logging.getLogger("nn_handler.dataloaders.combined_h5_dataset")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
+import h5py
+import numpy as np
+
 from .process import PerProcess
 
-__all__ = ["TypeMemo"]
+__all__ = ["TypeMemo", "is_string_dtype"]
 
 T = TypeVar("T")
 _MAX_SLOTS = 256  # attribute names can be per-sample unique: stay small rather than grow
@@ -42,3 +45,8 @@ class TypeMemo(Generic[T]):
     def clear(self) -> None:
         """Forget every entry."""
         self._slots.pop()
+
+
+def is_string_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for fixed- or variable-length strings (bytes or str), as h5py reports them."""
+    return dtype.kind in "SU" or h5py.check_string_dtype(dtype) is not None

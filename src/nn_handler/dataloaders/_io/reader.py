@@ -317,10 +317,11 @@ def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] 
     count = -(-dset.shape[0] // rows_per_chunk)
     table = np.full(count, _UNALLOCATED, dtype=np.int64)
     chunk_bytes = rows_per_chunk * row_nbytes
+    base = chunk_address_base(dset)
 
     def record(info: Any) -> None:
         if info.size == chunk_bytes and info.filter_mask == 0:
-            table[info.chunk_offset[0] // rows_per_chunk] = info.byte_offset
+            table[info.chunk_offset[0] // rows_per_chunk] = base + info.byte_offset
 
     if hasattr(dset.id, "chunk_iter"):
         dset.id.chunk_iter(record)
@@ -330,3 +331,15 @@ def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] 
     if np.any(table == _UNALLOCATED):
         return None  # unwritten chunks read as the fill value: leave them to HDF5
     return rows_per_chunk, table
+
+
+def chunk_address_base(dset: h5py.Dataset) -> int:
+    """What to add to the chunk addresses HDF5 reports to get file offsets.
+
+    HDF5 before 1.14.4 reported chunk addresses (``get_chunk_info``, ``chunk_iter``) relative
+    to the end of the user block (HDFGroup/hdf5#3003, fixed by #4236); contiguous offsets
+    (``get_offset``) always included it.
+    """
+    if h5py.version.hdf5_version_tuple >= (1, 14, 4):
+        return 0
+    return int(dset.file.userblock_size)

@@ -10,17 +10,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ..._validate import format_names
+from .._io.members import open_group
 from .._io.source import H5Source
 from .index import SKIPPED_KEPT, FileIndex, NamePattern, list_samples
 from .sidecar import file_stamp, load_sidecar, save_sidecar
 
 __all__ = ["IndexResult", "index_files"]
 
-_log = logging.getLogger("nn_handler.dataloaders.h5_sample_dataset")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,13 @@ def _file_index(
     use_sidecar: bool,
 ) -> tuple[FileIndex, str]:
     if not use_sidecar:
-        return list_samples(_open_group(source, group), pattern), "built"
+        return list_samples(open_group(source, group), pattern), "built"
     cached = load_sidecar(source.path, params)
     loaded = None if cached is None else _from_sidecar(*cached)
     if loaded is not None:
         return loaded, "sidecar"
     stamp = file_stamp(source.path)  # taken before listing: a change during the build invalidates
-    index = list_samples(_open_group(source, group), pattern)
+    index = list_samples(open_group(source, group), pattern)
     header = {**params, **stamp, "skipped": index.skipped}
     header.update(skipped_names=list(index.skipped_names), listed=list(index.listed))
     save_sidecar(source.path, {"blob": index.blob, "offsets": index.offsets}, header)
@@ -107,26 +107,6 @@ def _from_sidecar(
         and bool(np.all(np.diff(offsets) >= 0))
     )
     return index if sane else None
-
-
-def _open_group(source: H5Source, group: str) -> h5py.Group:
-    obj = source.file.get(group)
-    if isinstance(obj, h5py.Group):
-        return obj
-    groups = _group_paths(source.file)
-    what = "is a dataset, not a group" if obj is not None else "not found"
-    raise KeyError(f"group={group!r} {what} in {source.path!r}; its groups: {groups}")
-
-
-def _group_paths(f: h5py.File) -> str:
-    found = ["/"]
-
-    def visit(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Group):
-            found.append("/" + name)
-
-    f.visititems(visit)
-    return format_names(found)
 
 
 def _report_file(source: H5Source, group: str, index: FileIndex) -> None:

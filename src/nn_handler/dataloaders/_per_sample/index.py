@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import h5py
 import numpy as np
 
+from .._io.members import is_dataset_member, member_names
 from .natural import natural_order
 
 __all__ = ["SKIPPED_KEPT", "FileIndex", "NamePattern", "SampleIndex", "list_samples", "pack_names"]
@@ -90,18 +90,16 @@ class FileIndex:
         return len(self.offsets) - 1
 
 
-def list_samples(group: h5py.Group, pattern: NamePattern | None) -> FileIndex:
-    """Index the datasets directly in ``group`` whose names match ``pattern``."""
-    gid = group.id
-    names: list[bytes] = []
-    gid.links.iterate(names.append)
+def list_samples(group: Any, pattern: NamePattern | None) -> FileIndex:
+    """Index the datasets directly in ``group`` (an open group) whose names match ``pattern``."""
+    names = member_names(group)
     listed = tuple(_text(n) for n in names[:SKIPPED_KEPT])
     if pattern is not None:
         names = [n for n in names if pattern.matches(_text(n))]
     datasets: list[bytes] = []
     skipped: list[bytes] = []
     for name in names:
-        (datasets if _is_dataset(gid, name) else skipped).append(name)
+        (datasets if is_dataset_member(group, name) else skipped).append(name)
     ordered = [datasets[i] for i in natural_order(datasets)]
     blob, offsets = pack_names(ordered)
     kept = tuple(_text(n) for n in skipped[:SKIPPED_KEPT])
@@ -137,13 +135,6 @@ class SampleIndex:
     def name(self, i: int) -> bytes:
         """Name of sample ``i`` (relative to the group) as bytes."""
         return self.blob[self.offsets[i] : self.offsets[i + 1]].tobytes()
-
-
-def _is_dataset(gid: Any, name: bytes) -> bool:
-    try:
-        return bool(h5py.h5g.get_objinfo(gid, name).type == h5py.h5g.DATASET)
-    except (KeyError, OSError, RuntimeError):  # dangling soft or external link
-        return False
 
 
 def _text(name: bytes) -> str:

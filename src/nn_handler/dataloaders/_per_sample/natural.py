@@ -48,21 +48,38 @@ def natural_order(names: Sequence[bytes]) -> np.ndarray[Any, np.dtype[np.intp]]:
 
 
 def _fast_order(names: Sequence[bytes]) -> np.ndarray[Any, np.dtype[np.intp]] | None:
-    """Vectorized order for names shaped ``<text without digits><digits or nothing>``."""
+    """Vectorized order for names shaped ``<text without digits><digits or nothing>``.
+
+    Only ``np.char`` and byte arithmetic (NumPy 1.24 has no ``np.strings``): the digit tail of
+    each name is read off its bytes as a number.
+    """
     width = max(map(len, names))
     if width == 0:
         return None
     full = np.array(names, dtype=f"S{width}")
-    stems = np.strings.rstrip(full, _DIGITS)
+    stems = np.char.rstrip(full, _DIGITS)
     stem_bytes = np.ascontiguousarray(stems).view(np.uint8)
     if np.any((stem_bytes >= ord("0")) & (stem_bytes <= ord("9"))):
         return None  # a digit run before the end: needs the general key
-    stem_len = np.strings.str_len(stems)
-    tail_len = np.strings.str_len(full) - stem_len
-    if int(tail_len.max()) > _MAX_FAST_DIGITS:
+    stem_len = np.char.str_len(stems).astype(np.int64)
+    name_len = np.char.str_len(full).astype(np.int64)
+    if int((name_len - stem_len).max()) > _MAX_FAST_DIGITS:
         return None
-    tails = np.strings.slice(full, stem_len, None)
-    values = np.where(tail_len > 0, tails, b"-1").astype(np.int64)
+    values = _tail_values(full.view(np.uint8).reshape(len(names), width), stem_len, name_len)
     # lexsort: last key is primary. No digits (-1) sorts before any number, as in natural_key.
     order: np.ndarray[Any, np.dtype[np.intp]] = np.lexsort((full, values, stems))
     return order
+
+
+def _tail_values(
+    raw: np.ndarray[Any, np.dtype[np.uint8]],
+    start: np.ndarray[Any, np.dtype[np.int64]],
+    stop: np.ndarray[Any, np.dtype[np.int64]],
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The number written in bytes ``[start, stop)`` of each row; -1 where that is empty."""
+    pos = np.arange(raw.shape[1], dtype=np.int64)
+    inside = (pos >= start[:, None]) & (pos < stop[:, None])
+    power = np.where(inside, stop[:, None] - 1 - pos, 0)
+    digits = np.where(inside, raw.astype(np.int64) - ord("0"), 0)
+    values: np.ndarray[Any, np.dtype[np.int64]] = (digits * 10**power).sum(axis=1)
+    return np.where(stop > start, values, -1)

@@ -27,7 +27,7 @@ __all__ = ["SIDECAR_SUFFIX", "file_stamp", "load_sidecar", "save_sidecar", "side
 
 SIDECAR_SUFFIX = ".nnh-index.npz"
 _VERSION = 1
-_log = logging.getLogger("nn_handler.dataloaders.h5_sample_dataset")
+_log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 

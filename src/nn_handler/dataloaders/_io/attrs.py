@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from ..._validate import format_names
-from .._io.h5types import TypeMemo
+from .h5types import TypeMemo
 
 __all__ = ["LabelReader", "attribute_names", "decode_value"]
 

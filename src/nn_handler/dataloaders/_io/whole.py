@@ -26,8 +26,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .._io.h5types import TypeMemo
-from .._io.process import PerProcess
+from .h5types import TypeMemo
+from .process import PerProcess
 
 __all__ = ["SampleReader"]
 

@@ -4,7 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._per_sample.read import SampleReader
+from nn_handler.dataloaders._io.whole import SampleReader
 
 from helpers.files import LAYOUTS
 from helpers.process import as_if_forked

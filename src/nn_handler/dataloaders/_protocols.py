@@ -1,0 +1,131 @@
+"""The capabilities datasets, samplers and loaders offer each other, named once.
+
+Loaders, samplers and the training layer never probe an object with ``getattr``: they ask
+``isinstance(obj, Capability)`` (every protocol here is ``runtime_checkable``) and, for the flag
+protocols, the predicate next to it, which also checks the flag's value. Sampler state keys are
+constants, shared by every stateful sampler and by the checkpoint code that rewrites them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from ..distributed import World
+
+__all__ = [
+    "STATE_CONSUMED",
+    "STATE_EPOCH",
+    "STATE_SEED",
+    "BatchIndexable",
+    "ChunkAware",
+    "ChunkWindowed",
+    "EpochAware",
+    "RankSharded",
+    "Resumable",
+    "indexes_batches",
+    "is_rank_sharded",
+    "set_epoch_once",
+]
+
+STATE_SEED = "seed"
+STATE_EPOCH = "epoch"
+# samples handed out this epoch by the sampler; a checkpoint replaces it with samples *trained*
+STATE_CONSUMED = "consumed"
+
+
+@runtime_checkable
+class BatchIndexable(Protocol):
+    """A dataset whose ``ds[list_of_indices]`` returns the stacked batch in one read."""
+
+    supports_batch_indexing: bool
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: Any) -> Any: ...
+
+
+@runtime_checkable
+class RankSharded(Protocol):
+    """A dataset that holds only this rank's shard (e.g. ``RankMemCachedH5Dataset``).
+
+    ``len()`` is the local shard; ``make_sampler`` gives every rank the same number of steps.
+    """
+
+    is_rank_sharded: bool
+    world: World
+    samples_per_rank: int
+
+    def __len__(self) -> int: ...
+
+    def make_sampler(self, seed: int = 0, shuffle: bool = True) -> Any: ...
+
+
+@runtime_checkable
+class ChunkAware(Protocol):
+    """A dataset read in chunks of rows that keeps decoded chunks in a resizable cache."""
+
+    chunk_rows: int | None
+    chunk_cache_nbytes: int
+
+    def __len__(self) -> int: ...
+
+    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int: ...
+
+    def set_chunk_cache(
+        self, nbytes: int, nslots: int | None = None, w0: float | None = None
+    ) -> None: ...
+
+
+@runtime_checkable
+class ChunkWindowed(Protocol):
+    """A sampler that walks blocks of rows in windows: ``window_chunks`` blocks of ``block_size``.
+
+    ``size_cache`` says whether the loader should grow a ``ChunkAware`` dataset's chunk cache so
+    a window (plus the blocks at its borders) stays decoded.
+    """
+
+    block_size: int
+    window_chunks: int
+    size_cache: bool
+
+
+@runtime_checkable
+class EpochAware(Protocol):
+    """Anything whose order or content depends on the epoch (samplers, some datasets)."""
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A sampler whose position can be saved and restored mid-epoch."""
+
+    def __len__(self) -> int: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def indexes_batches(dataset: object) -> bool:
+    """True when ``dataset`` returns a stacked batch for a list of indices."""
+    return isinstance(dataset, BatchIndexable) and dataset.supports_batch_indexing is True
+
+
+def is_rank_sharded(dataset: object) -> bool:
+    """True when ``dataset`` holds only this rank's shard."""
+    return isinstance(dataset, RankSharded) and dataset.is_rank_sharded is True
+
+
+def set_epoch_once(candidates: Iterable[object], epoch: int) -> bool:
+    """Call ``set_epoch(epoch)`` on the first ``EpochAware`` candidate; True if one was found.
+
+    Wrappers (batch samplers, prefetchers) forward the call inward, so calling it on the
+    outermost one is enough, and calling it twice per epoch is avoided.
+    """
+    for candidate in candidates:
+        if isinstance(candidate, EpochAware):
+            candidate.set_epoch(epoch)
+            return True
+    return False
