@@ -22,11 +22,22 @@ __all__ = [
     "check_non_negative_int",
     "check_positive_int",
     "check_probability",
+    "format_bytes",
     "format_names",
     "numpy_dtype",
 ]
 
 _MAX_LISTED = 20
+
+
+def format_bytes(n: int | float) -> str:
+    """Return ``n`` bytes as a short human string (``"1.5 GiB"``)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def format_names(names: Iterable[str]) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
-from .dataloaders._rank_cache.memory import format_bytes
+from ._validate import format_bytes
 from .h5inspect import DatasetReport, FileReport, inspect_file
 
 __all__ = ["main"]

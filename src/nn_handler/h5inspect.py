@@ -14,9 +14,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ._validate import format_bytes
 from .dataloaders._io.reader import RowReader
 from .dataloaders._io.source import FileOptions, H5Source
-from .dataloaders._rank_cache.memory import format_bytes
 
 __all__ = ["DatasetReport", "FileReport", "GroupReport", "inspect_file"]
 

@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._validate import format_bytes
+
 __all__ = [
     "SHM_PATH",
     "allocate",
     "available_ram_bytes",
     "check_fits",
     "check_shm_fits",
-    "format_bytes",
     "log_once",
     "pin_in_place",
     "shm_space",
@@ -33,16 +34,6 @@ __all__ = [
 SHM_PATH = "/dev/shm"
 _MEMINFO = "/proc/meminfo"
 _LOGGED: set[str] = set()
-
-
-def format_bytes(n: int | float) -> str:
-    """Return ``n`` bytes as a short human string (``"1.5 GiB"``)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def available_ram_bytes() -> int | None:
