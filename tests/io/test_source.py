@@ -173,6 +173,7 @@ def test_dataset_without_hdf5_chunk_cache(make_h5):
         source.dataset("nope", chunk_cache=False)
 
 
+@pytest.mark.slow
 def test_filter_plugins_load_before_the_first_open(tmp_path):
     hdf5plugin = pytest.importorskip("hdf5plugin")
     import subprocess

@@ -71,6 +71,7 @@ def test_targets_report_measured_ratios():
     assert "was not run" in targets([])
 
 
+@pytest.mark.slow
 def test_suite_runs_end_to_end(tmp_path):
     lines = []
     tables = run_suite(

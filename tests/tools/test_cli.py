@@ -11,6 +11,8 @@ import pytest
 
 from helpers.files import images
 
+pytestmark = pytest.mark.slow  # every test runs the installed command as a subprocess
+
 SCRIPT = Path(sys.executable).with_name("nn-handler")
 
 

@@ -4,6 +4,8 @@ import pytest
 
 from nn_handler.demo import CLASSES, DemoNet, make_signals, run_demo, write_demo_data
 
+pytestmark = pytest.mark.slow  # trains a model end to end
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):

@@ -52,6 +52,7 @@ def blobs_path(tmp_path):
 # -- learning -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_learns_through_h5_lazy_dataset_with_two_workers(tmp_path):
     path = write_blobs(tmp_path / "train.h5", 1200, chunks=(64, FEATURES + 1), compression="gzip")
     val = write_blobs(tmp_path / "val.h5", 300, seed=1)
@@ -161,6 +162,7 @@ def test_default_sampler_reshuffles_every_epoch_and_covers_all(blobs_path):
 # -- exact resume -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_from_mid_epoch_checkpoint_matches_straight_run(blobs_path, tmp_path, workers):
     def make():
@@ -185,6 +187,7 @@ def test_resume_from_mid_epoch_checkpoint_matches_straight_run(blobs_path, tmp_p
     )
 
 
+@pytest.mark.slow
 def test_periodic_checkpoints_resume_exactly_and_continuing_in_memory_too(blobs_path, tmp_path):
     def make(**loader):
         torch.manual_seed(0)

@@ -13,6 +13,7 @@ from helpers.ddp import run_ddp
 from helpers.handler import Recorder, TinyNet, accuracy, strip_index, write_blobs
 
 
+@pytest.mark.slow
 def test_learns_through_rank_cached_dataset(tmp_path):
     path = write_blobs(tmp_path / "train.h5", 1200, chunks=(64, 9), compression="gzip")
     val = write_blobs(tmp_path / "val.h5", 300, seed=1)

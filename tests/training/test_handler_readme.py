@@ -38,6 +38,7 @@ def _run(codes: list[str]) -> dict:
 
 
 # the snippet asks for 4 workers, as users write it; torch warns on machines with fewer cores
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
 def test_single_device_snippet(tmp_path, monkeypatch, capsys):
     codes = _snippets("handler-snippet")
