@@ -1,8 +1,9 @@
 """Which fields a set of files holds: name mapping, per-file scan, cross-file checks.
 
 A *field* is a logical name (``"fhr_st"``, ``"guid"``, …) mapped to a dataset path inside each
-file. Every field a file holds must have the file's length ``N`` along axis 0. Fields that are
-loaded must agree across files on the shape of one sample and on their kind (string or numeric),
+file, or to one column of a compound dataset (``"df/table:values_block_0"``, see ``_keys``).
+Every field a file holds must have the file's length ``N`` along axis 0. Fields that are loaded
+must agree across files on the shape of one sample and on their kind (string or numeric),
 so that batches always stack to the same shapes.
 """
 
@@ -15,6 +16,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ._codecs import check_filters
+from ._keys import FIELD_SEPARATOR, resolve_key
+from ._kinds import dataset_dtype
 from ._source import H5Source, dataset_keys
 from ._validate import format_names
 
@@ -25,11 +29,13 @@ __all__ = [
     "FileSchema",
     "OutputField",
     "as_str_array",
+    "check_filters_of",
     "check_present",
     "field_list",
     "output_fields",
     "resolve_field_names",
     "scan_file",
+    "with_field_keys",
 ]
 
 DEFAULT_FIELDS = ("fhr_st", "fhr_ph", "target", "weight", "guid", "cs_label", "bg_label", "epoch")
@@ -45,6 +51,7 @@ class FieldInfo:
     length: int
     row_shape: tuple[int, ...]
     dtype: np.dtype[Any]
+    path: str = ""  # the dataset's path in the file (differs from ``key`` for a compound field)
 
     @property
     def is_string(self) -> bool:
@@ -116,19 +123,9 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
     handle = source.file
     found: dict[str, FieldInfo] = {}
     for name, key in keys.items():
-        obj = handle.get(key)
-        if obj is None:
-            continue
-        if not isinstance(obj, h5py.Dataset):
-            raise TypeError(
-                f"field {name!r} ({key!r}) in {source.path!r} is a group, not a dataset"
-            )
-        if obj.shape is None or len(obj.shape) == 0:
-            raise ValueError(
-                f"field {name!r} ({key!r}) in {source.path!r} is a scalar dataset; "
-                "per-sample fields need samples along axis 0"
-            )
-        found[name] = FieldInfo(key, int(obj.shape[0]), tuple(obj.shape[1:]), obj.dtype)
+        info = _field_info(handle, name, key, source.path)
+        if info is not None:
+            found[name] = info
     if not found:
         raise ValueError(
             f"{source.path!r} holds none of the fields {format_names(keys)} (looked up as "
@@ -143,6 +140,47 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
             "per-sample field of a file needs the same number of samples"
         )
     return FileSchema(source.path, lengths.pop(), found)
+
+
+def _field_info(handle: h5py.File, name: str, key: str, where: str) -> FieldInfo | None:
+    resolved = resolve_key(handle, key, arg=f"field {name!r}", where=where)
+    if resolved is None:
+        return None
+    obj = handle[resolved.path]
+    if not isinstance(obj, h5py.Dataset):
+        raise TypeError(f"field {name!r} ({key!r}) in {where!r} is a group, not a dataset")
+    if obj.shape is None or len(obj.shape) == 0:
+        raise ValueError(
+            f"field {name!r} ({key!r}) in {where!r} is a scalar dataset; "
+            "per-sample fields need samples along axis 0"
+        )
+    dtype = dataset_dtype(obj, arg=f"field {name!r}", key=key, where=where)
+    row_shape = tuple(int(s) for s in obj.shape[1:])
+    if resolved.field is not None:  # one column of a compound dataset
+        sub: np.dtype[Any] = dtype.fields[resolved.field][0]  # type: ignore[index]
+        dtype, row_shape = sub.base, (*row_shape, *sub.shape)
+    return FieldInfo(key, int(obj.shape[0]), row_shape, dtype, resolved.path)
+
+
+def with_field_keys(keys: Mapping[str, str], load_fields: Sequence[str] | None) -> dict[str, str]:
+    """Add each ``load_fields`` entry that is a compound-field key (``"a/table:col"``) as a field.
+
+    Such an entry needs no ``field_names`` mapping: it names its dataset and column itself.
+    """
+    result = dict(keys)
+    for name in load_fields or ():
+        if name not in result and FIELD_SEPARATOR in name.strip(FIELD_SEPARATOR):
+            result[name] = name
+    return result
+
+
+def check_filters_of(schema: FileSchema, names: Iterable[str], source: H5Source) -> None:
+    """Raise ``RuntimeError`` if a field of ``names`` uses a filter that cannot be decoded here."""
+    for name in names:
+        info = schema.fields.get(name)
+        if info is not None:
+            dset = source.file[info.path or info.key]
+            check_filters(dset, arg=f"field {name!r}", key=info.key, where=schema.path)
 
 
 def check_present(

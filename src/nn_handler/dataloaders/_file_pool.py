@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ._field_reader import Reader, open_reader
 from ._field_schema import FileSchema
 from ._indices import IndexArray
-from ._reader import RowReader
 from ._source import FileOptions, H5Source
 from ._validate import check_positive_int
 
@@ -46,7 +46,7 @@ class FilePool:
         self.max_open = check_positive_int("max_open_files", max_open)
         self.sources = [H5Source(path, options) for path in _as_paths(paths)]
         self.keys = dict(keys)
-        self._open: OrderedDict[int, dict[str, RowReader]] = OrderedDict()
+        self._open: OrderedDict[int, dict[str, Reader]] = OrderedDict()
         self._pid = os.getpid()
 
     @property
@@ -60,11 +60,11 @@ class FilePool:
         self._touch(file_no)
         return self.sources[file_no]
 
-    def reader(self, file_no: int, field: str) -> RowReader:
+    def reader(self, file_no: int, field: str) -> Reader:
         """Return the reader of ``field`` in file ``file_no`` (opening the file if needed)."""
         return self.readers(file_no, (field,))[0]
 
-    def readers(self, file_no: int, fields: Sequence[str]) -> list[RowReader]:
+    def readers(self, file_no: int, fields: Sequence[str]) -> list[Reader]:
         """Return the readers of ``fields`` in file ``file_no``, touching the file once."""
         readers = self._touch(file_no)
         found = []
@@ -72,7 +72,7 @@ class FilePool:
             reader = readers.get(field)
             if reader is None:
                 key, arg = self.keys[field], f"field_names[{field!r}]"
-                reader = readers[field] = RowReader(self.sources[file_no], key, arg=arg)
+                reader = readers[field] = open_reader(self.sources[file_no], key, arg=arg)
             found.append(reader)
         return found
 
@@ -82,7 +82,7 @@ class FilePool:
         while self._open:
             self._evict()
 
-    def _touch(self, file_no: int) -> dict[str, RowReader]:
+    def _touch(self, file_no: int) -> dict[str, Reader]:
         self._check_pid()
         readers = self._open.get(file_no)
         if readers is not None:
