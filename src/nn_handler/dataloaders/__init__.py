@@ -19,6 +19,7 @@ from .samplers import (
     _interleaved_indices,
     epoch_permutation,
 )
+from .transforms import decode_image
 
 __all__ = [
     "ChunkShuffleSampler",
@@ -34,6 +35,7 @@ __all__ = [
     "_interleaved_indices",
     "batched_loader",
     "create_optimized_dataloader",
+    "decode_image",
     "decode_threads",
     "epoch_permutation",
     "h5_worker_init_fn",

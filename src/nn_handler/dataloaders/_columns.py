@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._field_reader import Reader
 from ._field_schema import as_str_array
+from ._indices import normalize_index
 from ._kinds import SampleKind, sample_kind
 from ._tensors import to_tensor
 from ._validate import format_names
@@ -56,6 +58,8 @@ class Column:
         label_map: Mapping[str, int] | None = None,
     ) -> None:
         self.kind: SampleKind = sample_kind(dtype)
+        if self.kind.kind == "unsupported" and cast is not None and _castable(dtype):
+            self.kind = SampleKind("numeric")  # float128 with x_dtype=np.float64, and the like
         self.cast = cast
         self.label_map = label_map
         self.row_shape = row_shape
@@ -66,9 +70,14 @@ class Column:
         """True for string rows."""
         return self.kind.kind == "string"
 
-    def sample(self, row: np.ndarray[Any, Any]) -> Any:
-        """One row (an array of ``row_shape``) as a sample value."""
-        return self.samples(np.asarray(row)[np.newaxis])[0]
+    def read_one(self, reader: Reader, index: Any) -> Any:
+        """Read row ``index`` of ``reader`` and return it as a sample value."""
+        if self.kind.kind == "numeric":
+            return to_tensor(reader.read_row(index), self.cast)
+        # object rows (blobs, vlen strings) go through the batch path: a single vlen row read
+        # on its own would come back as an array of its elements, not one object
+        i = normalize_index(index, reader.length)
+        return self.samples(reader.read(np.array([i], dtype=np.int64)))[0]
 
     def samples(self, rows: np.ndarray[Any, Any]) -> list[Any]:
         """Every row of a batch as its own sample value."""
@@ -161,6 +170,10 @@ def _checked_map(label_map: Any) -> dict[str, int]:
             )
         result[label] = index
     return result
+
+
+def _castable(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind in "biufcmM" and dtype.subdtype is None and dtype.names is None
 
 
 def _check(

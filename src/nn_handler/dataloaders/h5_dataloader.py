@@ -256,11 +256,11 @@ class H5LazyDataset(Dataset[Sample]):
         self.close()
 
     def _sample(self, index: Any) -> Any:
-        x = self._x_col.sample(self._x.read_row(index))
+        x = self._x_col.read_one(self._x, index)
         x = x if self.transform is None else self.transform(x)
         if self._y is None or self._y_col is None:
             return x
-        y = self._y_col.sample(self._y.read_row(index))
+        y = self._y_col.read_one(self._y, index)
         return x, y if self.target_transform is None else self.target_transform(y)
 
     def _batch(self, indices: Any) -> Any:
