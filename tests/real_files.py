@@ -127,7 +127,14 @@ def write_inspect_cases(folder: Path) -> Path:
     """Edge cases for inspect: empty, tiny and dimension-scale datasets, multi-line attrs."""
     path = folder / "cases.h5"
     with h5py.File(path, "w") as f:
-        f.create_dataset("empty", (0, 4), dtype=np.float32, chunks=(16, 4), compression="gzip")
+        f.create_dataset(
+            "empty",
+            (0, 4),
+            dtype=np.float32,
+            chunks=(16, 4),
+            maxshape=(None, 4),
+            compression="gzip",
+        )
         f.create_dataset(
             "tiny", data=np.ones((10, 4), np.float32), chunks=(10, 4), compression="gzip"
         )
