@@ -29,7 +29,8 @@ from .dataloaders._keys import field_key
 __all__ = ["Structure", "detect", "is_dimension_scale", "pickled_names"]
 
 _SPARSE_PARTS = ("data", "indices", "indptr")
-_PICKLED_STR = re.compile(r"^[VS](.*)$")
+# protocol 0: "V<text>" pushes a str (after an "a" APPEND of the previous one on the same line)
+_PICKLED_STR = re.compile(r"^a?V(.*)$")
 _NETCDF_DIMENSION = "This is a netCDF dimension but not a netCDF variable"
 
 

@@ -19,7 +19,8 @@ __all__ = ["MAX_LIST", "json_value", "one_line", "read_attrs", "safe_text"]
 
 #: Arrays with more elements than this are summarised ({"dtype", "shape", "first"}).
 MAX_LIST = 32
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0/C1 controls, line separators, and lone surrogates (h5py's surrogateescape for bad UTF-8)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def safe_text(text: str) -> str:
@@ -68,8 +69,8 @@ def json_value(value: Any, limit: int) -> Any:
         return None
     if isinstance(value, (bytes, np.bytes_)):
         return _cut(bytes(value).decode("utf-8", "replace"), limit)
-    if isinstance(value, str):
-        return _cut(value, limit)
+    if isinstance(value, str):  # h5py keeps undecodable bytes as lone surrogates: replace them
+        return _cut(value.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), limit)
     if isinstance(value, np.ndarray):
         return _array(value, limit)
     if isinstance(value, np.void) and value.dtype.names:
