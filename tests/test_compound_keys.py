@@ -151,3 +151,14 @@ def test_pytables_array_column(tmp_path):
     np.testing.assert_array_equal(x.numpy(), [[0, 0.5, 0], [3, 3.5, -3], [24, 24.5, -24]])
     assert y.tolist() == [0, 0, 0] and ds.classes == ["cat", "dog", "bird"]
     assert ds[[1, 2]][1].tolist() == [1, 2]
+
+
+@pytest.mark.slow
+def test_cli_bench_accepts_field_keys(path, capsys):
+    from nn_handler.cli import main
+
+    argv = ["bench", str(path), "--x-key", "grp/gzip:pixels", "--y-key", "contiguous:label"]
+    assert main([*argv, "--seconds", "0.1", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "grp/gzip:pixels + contiguous:label, 50 samples" in out
+    assert "naive per-sample h5py (baseline)" in out

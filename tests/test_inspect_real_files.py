@@ -9,7 +9,6 @@ import pytest
 from nn_handler import _inspect_dataset
 from nn_handler.cli import format_report, main
 from nn_handler.h5inspect import inspect_file
-
 from real_files import (
     write_anndata,
     write_compound,
@@ -118,7 +117,7 @@ def test_an_unreadable_dataset_is_listed_and_the_rest_shown(tmp_path, monkeypatc
         return real(source, name, dset, limit, role)
 
     monkeypatch.setattr("nn_handler.h5inspect.dataset_report", flaky)
-    report, ds = inspect_json(path, capsys)
+    _report, ds = inspect_json(path, capsys)
     assert ds["fixed"]["kind"] == "unreadable"
     assert ds["fixed"]["error"] == "can't read object header"
     assert ds["vlen"]["kind"] == "string" and len(ds) == 5
@@ -169,7 +168,7 @@ def test_control_characters_in_names_are_escaped(tmp_path):
 
 
 def test_netcdf_dimensions(tmp_path, capsys):
-    report, ds = inspect_json(write_netcdf(tmp_path), capsys)
+    _report, ds = inspect_json(write_netcdf(tmp_path), capsys)
     for dim in ("sample", "feature"):
         assert ds[dim]["kind"] == "dimension"
         assert ds[dim]["advice"] == [
