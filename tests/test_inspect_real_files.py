@@ -4,6 +4,8 @@ import glob
 import json
 import os
 
+import h5py
+import numpy as np
 import pytest
 
 from nn_handler import _inspect_dataset
@@ -155,8 +157,6 @@ def test_text_is_one_line_per_attribute_escaped_and_summarised(tmp_path, capsys)
 
 
 def test_control_characters_in_names_are_escaped(tmp_path):
-    import h5py
-    import numpy as np
 
     path = tmp_path / "names.h5"
     with h5py.File(path, "w") as f:
@@ -204,3 +204,13 @@ def test_pytables_own_test_files_never_abort():
         json.dumps(report.to_dict(), allow_nan=False)
         assert not report.errors, (path, report.errors)
         format_report(report)
+
+
+def test_one_row_chunks_need_no_sampler_advice(make_h5):
+
+    path = make_h5({"x": (np.ones((20, 4), np.float32), "gzip")})
+    with h5py.File(path, "a") as f:
+        f.create_dataset("one", data=np.ones((20, 4)), chunks=(1, 4), compression="gzip")
+    ds = {d.path: d for d in inspect_file(path).datasets}
+    assert ds["one"].advice == ["one row per chunk: random access decodes only the rows it needs"]
+    assert "ChunkShuffleSampler" in ds["x"].advice[0]

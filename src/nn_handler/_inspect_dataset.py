@@ -287,6 +287,8 @@ def _chunked_advice(r: DatasetReport) -> list[str]:
             "no chunk-aware sampling needed"
         )
         advice.extend(_cache_advice(r.chunk_bytes, n_chunks))
+    elif r.filters and rows == 1:
+        advice.append("one row per chunk: random access decodes only the rows it needs")
     elif r.filters:
         advice.append(_random_access_advice(r, rows, per_row))
         advice.extend(_cache_advice(r.chunk_bytes, n_chunks))
