@@ -162,3 +162,11 @@ def test_cli_bench_accepts_field_keys(path, capsys):
     out = capsys.readouterr().out
     assert "grp/gzip:pixels + contiguous:label, 50 samples" in out
     assert "naive per-sample h5py (baseline)" in out
+
+
+def test_combined_names_the_columns_of_a_whole_table(path):
+    with pytest.raises(
+        TypeError,
+        match=r"compound \(table\) dataset: load one column, e.g. load_fields=\['contiguous:id'",
+    ):
+        CombinedHDF5Dataset(path, load_fields=["t"], field_names={"t": "contiguous"}, cache_size=0)

@@ -233,11 +233,19 @@ def _output_field(name: str, row_shape: tuple[int, ...], infos: list[FieldInfo])
         if info.dtype.kind not in "biufc" or info.dtype.fields is not None:
             raise TypeError(
                 f"field {name!r} ({info.key!r}) has dtype {info.dtype}, which torch cannot "
-                "represent; leave it out of load_fields"
+                f"represent; {_instead(info)}"
             )
     common = np.result_type(*(info.dtype for info in infos))
     kind = "float" if common.kind == "f" else "other"
     return OutputField(name, row_shape, common.newbyteorder("="), kind)
+
+
+def _instead(info: FieldInfo) -> str:
+    names = info.dtype.names
+    if names:
+        keys = ", ".join(repr(f"{info.key}:{n}") for n in names[:4])
+        return f"it is a compound (table) dataset: load one column, e.g. load_fields=[{keys}]"
+    return "leave it out of load_fields"
 
 
 def as_str_array(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
