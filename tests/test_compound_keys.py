@@ -170,3 +170,16 @@ def test_combined_names_the_columns_of_a_whole_table(path):
         match=r"compound \(table\) dataset: load one column, e.g. load_fields=\['contiguous:id'",
     ):
         CombinedHDF5Dataset(path, load_fields=["t"], field_names={"t": "contiguous"}, cache_size=0)
+
+
+def test_field_and_label_datasets_pickle_for_spawn_workers(path, tmp_path):
+    import pickle
+
+    from real_files import write_strings
+
+    ds = pickle.loads(pickle.dumps(H5LazyDataset(path, "grp/gzip:pixels", "chunked:label")))
+    np.testing.assert_array_equal(ds[ORDER][0].numpy(), expected(path, "grp/gzip", "pixels", ORDER))
+    labelled = H5LazyDataset(write_strings(tmp_path), "x", "vlen", classes="auto")
+    copy = pickle.loads(pickle.dumps(labelled))
+    assert copy.label_map == labelled.label_map
+    assert copy[[0, 1]][1].tolist() == labelled[[0, 1]][1].tolist()
