@@ -15,6 +15,7 @@ MODULES = [
     "nn_handler.dataloaders.prefetch",
     "nn_handler.dataloaders.rank_cached_h5_dataloader",
     "nn_handler.dataloaders.samplers",
+    "nn_handler.dataloaders.transforms",
 ]
 
 

@@ -18,7 +18,13 @@ import pytest
 
 PKG = "nn_handler"
 SRC = Path(__file__).resolve().parents[1] / "src" / PKG
-TOOLS = ("nn_handler.h5inspect", "nn_handler.demo", "nn_handler.cli", "nn_handler.bench")
+TOOLS = (
+    "nn_handler.h5inspect",
+    "nn_handler._inspect",
+    "nn_handler.demo",
+    "nn_handler.cli",
+    "nn_handler.bench",
+)
 SAMPLERS = ("nn_handler.dataloaders.samplers", "nn_handler.dataloaders.chunk_sampler")
 INTERNALS = ("_combined", "_per_sample", "_rank_cache")
 IO = "nn_handler.dataloaders._io"

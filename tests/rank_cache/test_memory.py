@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._validate import format_bytes
 from nn_handler.dataloaders._rank_cache import memory as _memory
 
 MiB = 1024**2
@@ -11,10 +12,10 @@ GiB = 1024**3
 
 
 def test_format_bytes():
-    assert _memory.format_bytes(512) == "512 B"
-    assert _memory.format_bytes(1536) == "1.5 KiB"
-    assert _memory.format_bytes(64 * MiB) == "64.0 MiB"
-    assert _memory.format_bytes(3 * 1024 * GiB) == "3072.0 GiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(64 * MiB) == "64.0 MiB"
+    assert format_bytes(3 * 1024 * GiB) == "3072.0 GiB"
 
 
 def test_available_ram_reads_meminfo(tmp_path, monkeypatch):

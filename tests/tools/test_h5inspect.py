@@ -58,11 +58,12 @@ def test_layouts_chunks_filters_and_strategies(path):
 def test_attributes_are_decoded_and_truncated(path):
     report = inspect_file(path, max_attr_chars=40)
     groups = {g.path: g for g in report.groups}
-    assert groups["/"].attrs == {"title": "'my data'"}
+    # attributes are JSON values (issue 13), not reprs
+    assert groups["/"].attrs == {"title": "my data"}
     note = groups["train"].attrs["note"]
     assert len(note) == 40
     assert note.endswith("…")
-    assert by_path(report)["train/labels"].attrs == {"classes": "array([0, 1, 2])"}
+    assert by_path(report)["train/labels"].attrs == {"classes": [0, 1, 2]}
 
 
 def test_advice_is_specific(path):
@@ -78,13 +79,29 @@ def test_advice_is_specific(path):
 
 
 def test_cache_advice_for_big_chunks(make_h5):
-    big = np.zeros((16, 512, 1024), np.float32)  # 2 MiB rows, 8-row chunks = 16 MiB
-    p = make_h5({"x": (big, "gzip")})
+    # 2 MiB rows, 8-row chunks = 16 MiB, 65 chunks (only the first written: a small file)
+    p = make_h5({})
+    with h5py.File(p, "a") as f:
+        x = f.create_dataset(
+            "x", (520, 512, 1024), np.float32, chunks=(8, 512, 1024), compression="gzip"
+        )
+        x[:8] = 1
     (d,) = inspect_file(p).datasets
     text = " ".join(d.advice)
     assert "larger than h5py's default 1 MiB chunk cache" in text
     assert "pass rdcc_nbytes=1073741824" in text  # 64 chunks x 16 MiB
     assert "rechunk with 1 rows per chunk" in text
+
+
+def test_few_chunks_get_no_sampler_advice_but_cache_advice(make_h5):
+    big = np.zeros((8, 512, 1024), np.float32)  # one 16 MiB chunk
+    p = make_h5({"x": (big, "gzip")})
+    (d,) = inspect_file(p).datasets
+    text = " ".join(d.advice)
+    assert "8 rows in one chunk: read whole once" in text
+    assert "ChunkShuffleSampler" not in text and "rows per sample" not in text
+    assert "larger than h5py's default 1 MiB chunk cache" in text
+    assert "shuffle window" not in text
 
 
 def test_file_level_advice_pairs_keys(path):

@@ -34,6 +34,7 @@ from .samplers import (
     _interleaved_indices,
     epoch_permutation,
 )
+from .transforms import decode_image
 
 __all__ = [
     "BatchIndexable",
@@ -59,6 +60,7 @@ __all__ = [
     "_interleaved_indices",
     "batched_loader",
     "create_optimized_dataloader",
+    "decode_image",
     "decode_threads",
     "epoch_permutation",
     "fit_chunk_cache",

@@ -24,7 +24,7 @@ from .._validate import check_choice, check_non_negative_int, check_positive_int
 from ..distributed import World
 from ._combined.batch import check_float_dtype, read_rows, split_batch, to_batch
 from ._combined.cache import SampleCache
-from ._combined.fields import field_list, resolve_field_names
+from ._combined.fields import field_list, resolve_field_names, with_field_keys
 from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
@@ -63,7 +63,9 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
 
     Fields are logical names mapped to dataset paths (default: the name itself): ``fhr_st``,
     ``fhr_ph``, ``target`` (one-hot, ``(N, C)`` or ``(N, T, C)``), ``weight``, ``guid``,
-    ``cs_label``, ``bg_label``, ``epoch``; ``field_names`` renames them or adds others. Every
+    ``cs_label``, ``bg_label``, ``epoch``; ``field_names`` renames them or adds others. A path
+    may name one column of a compound (table) dataset, ``"<dataset>:<field>"``, in
+    ``field_names`` or directly as a ``load_fields`` entry (``"df/table:values_block_0"``). Every
     field of a file has the file's length ``N``; files may differ in ``N``.
 
     Required fields: each ``load_fields`` entry, every field an active filter reads (``guid``,
@@ -180,8 +182,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             time_axis=time_axis,
             where=where,
         )
-        keys = resolve_field_names(field_names)
         fields = field_list(load_fields)
+        keys = with_field_keys(resolve_field_names(field_names), fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
         options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)

@@ -24,7 +24,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from .._validate import check_callable, check_choice, check_device, check_key, numpy_dtype
+from .._validate import (
+    check_callable,
+    check_choice,
+    check_device,
+    check_key,
+    format_bytes,
+    numpy_dtype,
+)
 from ..distributed import World
 from ._io.indices import as_index_array, is_scalar_index, normalize_index
 from ._io.source import FileOptions, H5Source, LockingMode
@@ -221,7 +228,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         where = f"rank {world.rank}/{world.world_size}"
         self.log_fn(
             f"RankMemCachedH5Dataset: {where} cached {len(self.rows)} of {self.total} rows of "
-            f"{keys} ({self._rows_text()}): {_memory.format_bytes(nbytes)} in {seconds:.2f} s "
+            f"{keys} ({self._rows_text()}): {format_bytes(nbytes)} in {seconds:.2f} s "
             f"({rate:,.0f} MB/s)"
         )
         if len(self.rows) == 0:
@@ -233,8 +240,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             free, _ = torch.cuda.mem_get_info(device)
             if self.nbytes > free:
                 raise MemoryError(
-                    f"rank {self.world.rank}'s cache needs {_memory.format_bytes(self.nbytes)} "
-                    f"on {device} but {_memory.format_bytes(free)} is free; pass "
+                    f"rank {self.world.rank}'s cache needs {format_bytes(self.nbytes)} "
+                    f"on {device} but {format_bytes(free)} is free; pass "
                     "cache_device=None to keep it in host RAM, or use more ranks"
                 )
         self.x = self.x.to(device)
@@ -368,7 +375,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             f"{self._rows_text()}",
             f"len={len(self)}",
             f"equal_steps={self.equal_steps!r} ({self.samples_per_rank}/rank)",
-            f"{_memory.format_bytes(self.nbytes)}",
+            f"{format_bytes(self.nbytes)}",
             "shared" if self.is_shared else "not shared",
             "pinned" if self.is_pinned else "not pinned",
         ]

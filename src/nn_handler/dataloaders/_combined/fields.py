@@ -1,8 +1,9 @@
 """Which fields a set of files holds: name mapping, per-file scan, cross-file checks.
 
 A *field* is a logical name (``"fhr_st"``, ``"guid"``, …) mapped to a dataset path inside each
-file. Every field a file holds must have the file's length ``N`` along axis 0. Fields that are
-loaded must agree across files on the shape of one sample and on their kind (string or numeric),
+file, or to one column of a compound dataset (``"df/table:values_block_0"``, see ``_keys``).
+Every field a file holds must have the file's length ``N`` along axis 0. Fields that are loaded
+must agree across files on the shape of one sample and on their kind (string or numeric),
 so that batches always stack to the same shapes.
 """
 
@@ -15,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from ..._validate import format_names
-from .._io.h5types import is_string_dtype
-from .._io.members import describe_member
+from .._io.codecs import check_filters_at
+from .._io.h5types import as_str_array, is_string_dtype
+from .._io.keys import FIELD_SEPARATOR
+from .._io.members import describe_field
 from .._io.source import H5Source, dataset_keys
 
 __all__ = [
@@ -26,11 +29,13 @@ __all__ = [
     "FileSchema",
     "OutputField",
     "as_str_array",
+    "check_filters_of",
     "check_present",
     "field_list",
     "output_fields",
     "resolve_field_names",
     "scan_file",
+    "with_field_keys",
 ]
 
 DEFAULT_FIELDS = ("fhr_st", "fhr_ph", "target", "weight", "guid", "cs_label", "bg_label", "epoch")
@@ -46,6 +51,7 @@ class FieldInfo:
     length: int
     row_shape: tuple[int, ...]
     dtype: np.dtype[Any]
+    path: str = ""  # the dataset's path in the file (differs from ``key`` for a compound field)
 
     @property
     def is_string(self) -> bool:
@@ -116,19 +122,9 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
     """
     found: dict[str, FieldInfo] = {}
     for name, key in keys.items():
-        obj = describe_member(source, key)
-        if obj is None:
-            continue
-        if obj.kind == "group" or obj.dtype is None:
-            raise TypeError(
-                f"field {name!r} ({key!r}) in {source.path!r} is a group, not a dataset"
-            )
-        if obj.shape is None or len(obj.shape) == 0:
-            raise ValueError(
-                f"field {name!r} ({key!r}) in {source.path!r} is a scalar dataset; "
-                "per-sample fields need samples along axis 0"
-            )
-        found[name] = FieldInfo(key, obj.shape[0], obj.shape[1:], obj.dtype)
+        info = _field_info(source, name, key)
+        if info is not None:
+            found[name] = info
     if not found:
         raise ValueError(
             f"{source.path!r} holds none of the fields {format_names(keys)} (looked up as "
@@ -143,6 +139,33 @@ def scan_file(source: H5Source, keys: Mapping[str, str]) -> FileSchema:
             "per-sample field of a file needs the same number of samples"
         )
     return FileSchema(source.path, lengths.pop(), found)
+
+
+def _field_info(source: H5Source, name: str, key: str) -> FieldInfo | None:
+    layout = describe_field(source, key, arg=f"field {name!r}")
+    if layout is None:
+        return None
+    return FieldInfo(key, layout.length, layout.row_shape, layout.dtype, layout.path)
+
+
+def with_field_keys(keys: Mapping[str, str], load_fields: Sequence[str] | None) -> dict[str, str]:
+    """Add each ``load_fields`` entry that is a compound-field key (``"a/table:col"``) as a field.
+
+    Such an entry needs no ``field_names`` mapping: it names its dataset and column itself.
+    """
+    result = dict(keys)
+    for name in load_fields or ():
+        if name not in result and FIELD_SEPARATOR in name.strip(FIELD_SEPARATOR):
+            result[name] = name
+    return result
+
+
+def check_filters_of(schema: FileSchema, names: Iterable[str], source: H5Source) -> None:
+    """Raise ``RuntimeError`` if a field of ``names`` uses a filter that cannot be decoded here."""
+    for name in names:
+        info = schema.fields.get(name)
+        if info is not None:
+            check_filters_at(source, info.path or info.key, arg=f"field {name!r}", key=info.key)
 
 
 def check_present(
@@ -195,23 +218,19 @@ def _output_field(name: str, row_shape: tuple[int, ...], infos: list[FieldInfo])
         if info.dtype.kind not in "biufc" or info.dtype.fields is not None:
             raise TypeError(
                 f"field {name!r} ({info.key!r}) has dtype {info.dtype}, which torch cannot "
-                "represent; leave it out of load_fields"
+                f"represent; {_instead(info)}"
             )
     common = np.result_type(*(info.dtype for info in infos))
     kind = "float" if common.kind == "f" else "other"
     return OutputField(name, row_shape, common.newbyteorder("="), kind)
 
 
-def as_str_array(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Return string values (fixed or variable length, bytes or str) as a NumPy ``str`` array."""
-    if values.dtype.kind == "U":
-        return values
-    if values.dtype.kind == "S":
-        decoded: np.ndarray[Any, Any] = np.char.decode(values.astype(values.dtype.str), "utf-8")
-        return decoded
-    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()]
-    result: np.ndarray[Any, Any] = np.array(flat, dtype=str).reshape(values.shape)
-    return result
+def _instead(info: FieldInfo) -> str:
+    names = info.dtype.names
+    if names:
+        keys = ", ".join(repr(f"{info.key}:{n}") for n in names[:4])
+        return f"it is a compound (table) dataset: load one column, e.g. load_fields=[{keys}]"
+    return "leave it out of load_fields"
 
 
 def field_list(load_fields: Any) -> list[str] | None:

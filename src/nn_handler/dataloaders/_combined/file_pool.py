@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 
 from ..._validate import check_positive_int
+from .._io.field_reader import Reader, open_reader
 from .._io.indices import IndexArray
 from .._io.process import PerProcess
-from .._io.reader import RowReader
 from .._io.source import FileOptions, H5Source
 from .fields import FileSchema
 
 __all__ = ["FileColumns", "FilePool"]
 
 # file number -> {field: reader}, least recently used first
-_OpenFiles = OrderedDict[int, dict[str, RowReader]]
+_OpenFiles = OrderedDict[int, dict[str, Reader]]
 
 
 class FilePool:
@@ -62,11 +62,11 @@ class FilePool:
         self._touch(file_no)
         return self.sources[file_no]
 
-    def reader(self, file_no: int, field: str) -> RowReader:
+    def reader(self, file_no: int, field: str) -> Reader:
         """Return the reader of ``field`` in file ``file_no`` (opening the file if needed)."""
         return self.readers(file_no, (field,))[0]
 
-    def readers(self, file_no: int, fields: Sequence[str]) -> list[RowReader]:
+    def readers(self, file_no: int, fields: Sequence[str]) -> list[Reader]:
         """Return the readers of ``fields`` in file ``file_no``, touching the file once."""
         readers = self._touch(file_no)
         found = []
@@ -74,7 +74,7 @@ class FilePool:
             reader = readers.get(field)
             if reader is None:
                 key, arg = self.keys[field], f"field_names[{field!r}]"
-                reader = readers[field] = RowReader(self.sources[file_no], key, arg=arg)
+                reader = readers[field] = open_reader(self.sources[file_no], key, arg=arg)
             found.append(reader)
         return found
 
@@ -84,7 +84,7 @@ class FilePool:
         while opened:
             self._evict(opened)
 
-    def _touch(self, file_no: int) -> dict[str, RowReader]:
+    def _touch(self, file_no: int) -> dict[str, Reader]:
         opened = self._open()
         readers = opened.get(file_no)
         if readers is not None:

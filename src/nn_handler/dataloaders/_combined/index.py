@@ -26,6 +26,7 @@ from .fields import (
     FileSchema,
     OutputField,
     as_str_array,
+    check_filters_of,
     check_present,
     output_fields,
     scan_file,
@@ -82,6 +83,7 @@ def build_index(
         needed.setdefault(spec.valid_field, "return_valid_mask")
     for i, schema in enumerate(schemas):
         check_present(schema, needed, pool.keys, pool.sources[i])
+        check_filters_of(schema, needed, pool.source(i))  # counted against the open-file cap
         check_filter_fields(spec, schema)
     plan = _plan(schemas, loads, spec, valid_mask)
     small = [n for n, f in plan.fields.items() if f.row_shape == () and n in loads and in_memory]

@@ -8,17 +8,19 @@ outside ``_io`` handles h5py objects.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import h5py
 import numpy as np
 
 from ..._validate import format_names
+from .keys import resolve_key
+from .kinds import dataset_dtype
 from .source import H5Source
 
 __all__ = [
-    "Member",
-    "describe_member",
+    "FieldLayout",
+    "describe_field",
     "is_dataset_member",
     "member_names",
     "open_dataset_id",
@@ -27,23 +29,40 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Member:
-    """A path in a file: a dataset (with its shape and dtype) or a group."""
+class FieldLayout:
+    """Where a key's samples live: the dataset path, its length, one row's shape and dtype."""
 
-    kind: Literal["dataset", "group"]
-    shape: tuple[int, ...] | None = None
-    dtype: np.dtype[Any] | None = None
+    path: str
+    length: int
+    row_shape: tuple[int, ...]
+    dtype: np.dtype[Any]
 
 
-def describe_member(source: H5Source, key: str) -> Member | None:
-    """Return what ``key`` names in ``source``'s file, or None when nothing is there."""
-    obj = source.file.get(key)
-    if obj is None:
+def describe_field(source: H5Source, key: str, *, arg: str) -> FieldLayout | None:
+    """Resolve ``key`` (a dataset, or ``"<dataset>:<field>"``) to its layout; None if absent.
+
+    Raises:
+        TypeError: the key names a group, or a type NumPy cannot represent.
+        ValueError: the dataset is a scalar (samples are read along axis 0).
+    """
+    where = source.path
+    resolved = resolve_key(source.file, key, arg=arg, where=where)
+    if resolved is None:
         return None
+    obj = source.file[resolved.path]
     if not isinstance(obj, h5py.Dataset):
-        return Member("group")
-    shape = None if obj.shape is None else tuple(int(s) for s in obj.shape)
-    return Member("dataset", shape, obj.dtype)
+        raise TypeError(f"{arg} ({key!r}) in {where!r} is a group, not a dataset")
+    if obj.shape is None or len(obj.shape) == 0:
+        raise ValueError(
+            f"{arg} ({key!r}) in {where!r} is a scalar dataset; "
+            "per-sample fields need samples along axis 0"
+        )
+    dtype = dataset_dtype(obj, arg=arg, key=key, where=where)
+    row_shape = tuple(int(s) for s in obj.shape[1:])
+    if resolved.field is not None:  # one column of a compound dataset
+        sub: np.dtype[Any] = dtype.fields[resolved.field][0]  # type: ignore[index]
+        dtype, row_shape = sub.base, (*row_shape, *sub.shape)
+    return FieldLayout(resolved.path, int(obj.shape[0]), row_shape, dtype)
 
 
 def open_group(source: H5Source, group: str, *, arg: str = "group") -> Any:

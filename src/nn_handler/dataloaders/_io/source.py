@@ -23,7 +23,14 @@ import h5py
 from ..._validate import check_choice, check_non_negative_int, check_probability, format_names
 from .process import PerProcess
 
-__all__ = ["FileOptions", "H5Source", "LockingMode", "close_inherited_sources", "dataset_keys"]
+__all__ = [
+    "FileOptions",
+    "H5Source",
+    "LockingMode",
+    "close_inherited_sources",
+    "dataset_keys",
+    "load_plugins",
+]
 
 LockingMode = bool | Literal["best-effort"] | None
 
@@ -203,7 +210,7 @@ class H5Source:
                 opened.file.close()
 
     def _open(self) -> h5py.File:
-        _load_filter_plugins()
+        load_plugins()
         target: Any = self._fileobj if self._fileobj is not None else self.path
         opts = self.options
         kwargs: dict[str, Any] = {
@@ -250,7 +257,7 @@ def close_inherited_sources() -> int:
     return count
 
 
-def _load_filter_plugins() -> None:
+def load_plugins() -> None:
     """Import ``hdf5plugin`` once if installed: it registers blosc, zstd, lz4, … with HDF5."""
     if _PLUGINS["loaded"]:
         return

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .kinds import sample_kind, unsupported_reason
+
 __all__ = ["check_tensor_dtype", "to_tensor"]
 
 _TORCH_KINDS = "biufc"  # bool, signed, unsigned, float, complex
@@ -15,21 +17,39 @@ _TORCH_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 def check_tensor_dtype(
     arg: str, key: str, stored: np.dtype[Any], cast: np.dtype[Any] | None
 ) -> None:
-    """Raise ``TypeError`` when rows of ``stored`` dtype (after ``cast``) cannot become tensors."""
+    """Raise ``TypeError`` when rows of ``stored`` dtype (after ``cast``) cannot become tensors.
+
+    The message says what would work: a cast (``float128`` -> ``np.float64``), a field of a
+    compound dataset (``'<dataset>:<field>'``), or ``H5LazyDataset`` for strings and blobs.
+    """
     final = cast if cast is not None else stored
-    if final.kind in _TORCH_KINDS and final.fields is None:
-        if cast is not None and stored.kind not in _TORCH_KINDS:
+    kind = sample_kind(stored).kind
+    if final.kind in _TORCH_KINDS and final.fields is None and not unsupported_reason(final):
+        if cast is not None and kind not in ("numeric", "unsupported"):
             raise TypeError(
                 f"{arg}={key!r} has dtype {stored}, which cannot be cast to {cast}; "
-                "only numeric and bool datasets can be cast"
+                f"only numeric and bool datasets can be cast{_hint(kind, key, stored)}"
             )
         return
+    reason = unsupported_reason(final) if kind in ("numeric", "unsupported") else ""
     raise TypeError(
         f"{arg}={key!r} has dtype {stored}"
         + (f" (cast to {cast})" if cast is not None else "")
-        + ", which torch cannot represent; pass a numeric dtype cast or read this field "
-        "with CombinedHDF5Dataset, which returns strings as str"
+        + f", which torch cannot represent{': ' + reason if reason else ''}"
+        + _hint(kind, key, stored)
     )
+
+
+def _hint(kind: str, key: str, stored: np.dtype[Any]) -> str:
+    if kind == "compound":
+        names = ", ".join(repr(f"{key}:{n}") for n in (stored.names or ())[:4])
+        return f"; it is a compound (table) dataset: pick one field, e.g. {names}"
+    if kind in ("string", "ragged"):
+        return (
+            "; H5LazyDataset returns strings as str (or class indices with classes=) and "
+            "variable-length rows as 1-d tensors"
+        )
+    return ""
 
 
 def to_tensor(arr: np.ndarray[Any, Any], dtype: np.dtype[Any] | None = None) -> torch.Tensor:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._io.reader import RowReader
+from .._io.field_reader import Reader
 
 __all__ = ["BLOCK_BYTES", "preload_rows", "windows"]
 
@@ -54,20 +54,20 @@ def windows(rows: range, block_rows: int) -> Iterator[tuple[int, int, int, int]]
         edge = nxt
 
 
-def window_rows(reader: RowReader) -> int:
+def window_rows(reader: Reader) -> int:
     """Source rows per window: about ``BLOCK_BYTES``, a whole number of chunks, at least one."""
     chunk = reader.chunk_rows or 1
     fit = BLOCK_BYTES // max(reader.row_nbytes, 1)
     return max(chunk, fit // chunk * chunk)
 
 
-def _gathers(reader: RowReader, step: int) -> bool:
+def _gathers(reader: Reader, step: int) -> bool:
     """True when reading only the wanted rows beats decoding whole windows."""
     return step > 1 and (reader.strategy == "memmap" or (reader.chunk_rows or 1) < step)
 
 
 def preload_rows(
-    reader: RowReader,
+    reader: Reader,
     rows: range,
     out: np.ndarray[Any, Any],
     progress: Callable[[int], None] | None = None,
@@ -109,7 +109,7 @@ def preload_rows(
 
 
 def _window_buffer(
-    reader: RowReader, rows: range, dtype: np.dtype[Any], block: int, gather: bool
+    reader: Reader, rows: range, dtype: np.dtype[Any], block: int, gather: bool
 ) -> np.ndarray[Any, Any] | None:
     """The reusable buffer a window is read into, or None when reads go straight to ``out``."""
     strided = rows.step > 1 and not gather

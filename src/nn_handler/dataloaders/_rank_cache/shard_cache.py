@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .._io.reader import RowReader
+from .._io.field_reader import Reader, open_reader
 from .._io.source import H5Source
 from .._io.tensors import check_tensor_dtype
 from . import memory as _memory
@@ -37,7 +37,7 @@ PROGRESS_BYTES = 256 * 1024**2  # smaller loads finish before a progress bar wou
 class CachePlan:
     """What one key's cache will hold: ``count`` rows of ``reader`` as ``dtype``."""
 
-    reader: RowReader
+    reader: Reader
     dtype: np.dtype[Any]
     count: int
 
@@ -55,11 +55,11 @@ class CachePlan:
         return f"{(reader.length, *reader.row_shape)} {reader.dtype}->{self.dtype}"
 
 
-def open_readers(source: H5Source, x_key: str, y_key: str | None) -> list[RowReader]:
+def open_readers(source: H5Source, x_key: str, y_key: str | None) -> list[Reader]:
     """Readers for ``x_key`` (and ``y_key``), checked to have the same length."""
-    readers = [RowReader(source, x_key, arg="x_key")]
+    readers = [open_reader(source, x_key, arg="x_key")]
     if y_key is not None:
-        readers.append(RowReader(source, y_key, arg="y_key"))
+        readers.append(open_reader(source, y_key, arg="y_key"))
         if readers[1].length != readers[0].length:
             raise ValueError(
                 f"x_key={x_key!r} has {readers[0].length} samples but y_key={y_key!r} has "
@@ -68,7 +68,7 @@ def open_readers(source: H5Source, x_key: str, y_key: str | None) -> list[RowRea
     return readers
 
 
-def plan_cache(reader: RowReader, arg: str, cast: np.dtype[Any] | None, count: int) -> CachePlan:
+def plan_cache(reader: Reader, arg: str, cast: np.dtype[Any] | None, count: int) -> CachePlan:
     """Plan ``count`` rows of ``reader`` cast to ``cast`` (stored dtype, native order if None).
 
     Raises:
