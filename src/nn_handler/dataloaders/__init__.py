@@ -9,6 +9,7 @@ from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
+from .h5_sparse_dataset import H5SparseDataset
 from .loader import EpochBatchSampler, batched_loader
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
@@ -29,6 +30,7 @@ __all__ = [
     "EpochShuffleSampler",
     "H5LazyDataset",
     "H5SampleDataset",
+    "H5SparseDataset",
     "RankMemCachedH5Dataset",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
