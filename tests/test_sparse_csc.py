@@ -94,7 +94,7 @@ def test_sidecar_dir_and_unwritable_folder(csc_file, tmp_path):
         H5SparseDataset(path, sidecar_dir=missing)
 
 
-@pytest.mark.parametrize("band", [1, 7, 50, 10**9])
+@pytest.mark.parametrize("band", [13, 400, 10**9])  # 13: the full row needs a band alone
 def test_build_in_bands_of_rows_gives_the_same_matrix(csc_file, tmp_path, band):
     path, expected = csc_file
     source = H5Source(path, FileOptions())

@@ -64,7 +64,9 @@ class H5SparseDataset(Dataset[Any]):
         rdcc_nbytes: Chunk-cache size per dataset in bytes (also the decoded-chunk cache).
         rdcc_nslots: Hash slots of HDF5's chunk cache.
         rdcc_w0: HDF5's chunk preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode where possible.
+        swmr: Open in SWMR read mode where possible. Off by default (unlike the dense
+            datasets): AnnData / 10x files are written once, and anndata or scanpy often hold
+            the same file open in backed mode, which refuses a SWMR open in that process.
         locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
 
     Raises:
@@ -98,7 +100,7 @@ class H5SparseDataset(Dataset[Any]):
         rdcc_nbytes: int = 256 * 1024**2,
         rdcc_nslots: int = 1_000_003,
         rdcc_w0: float = 0.75,
-        swmr: bool = True,
+        swmr: bool = False,
         locking: LockingMode = "best-effort",
     ) -> None:
         check_key("group", group, optional=True)
