@@ -332,3 +332,28 @@ def test_auto_detection_and_groups(tmp_path, files):
     np.testing.assert_array_equal(layer[[4, 2]].numpy(), expected[[4, 2]])
     assert H5SparseDataset(files["10x"][0]).group == "matrix"
     assert H5SparseDataset(files["10x"][0]).column_names[:2] == ["gene0", "gene1"]
+
+
+def test_unsorted_and_repeated_columns_sum_as_in_scipy(tmp_path):
+    from sparse_files import sp
+
+    # row 0: columns out of order; row 1: column 2 stored twice; row 2: empty; row 3: sorted
+    indptr = np.array([0, 3, 6, 6, 8])
+    indices = np.array([4, 0, 2, 2, 1, 2, 0, 3], dtype=np.int32)
+    data = np.arange(1, 9, dtype=np.float32)
+    path = tmp_path / "raw.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("m")
+        g.attrs["encoding-type"] = "csr_matrix"
+        g.attrs["shape"] = (4, 5)
+        g.create_dataset("data", data=data, chunks=(3,), compression="gzip")
+        g.create_dataset("indices", data=indices, chunks=(3,), compression="gzip")
+        g["indptr"] = indptr
+    expected = sp.csr_matrix((data, indices, indptr), shape=(4, 5)).toarray()
+    idx = [3, 1, 0, 1, 2]
+    np.testing.assert_array_equal(H5SparseDataset(path)[idx].numpy(), expected[idx])
+    csr = H5SparseDataset(path, output="sparse_csr")[idx]
+    np.testing.assert_array_equal(csr.to_dense().numpy(), expected[idx])
+    assert csr.col_indices().tolist() == [0, 3, 1, 2, 0, 2, 4, 1, 2]  # sorted, summed once
+    panel = H5SparseDataset(path, columns=[2, 0], output="sparse_csr")[[1, 0]]
+    np.testing.assert_array_equal(panel.to_dense().numpy(), expected[[1, 0]][:, [2, 0]])
