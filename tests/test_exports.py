@@ -11,6 +11,7 @@ MODULES = [
     "nn_handler.dataloaders.combined_h5_dataset",
     "nn_handler.dataloaders.h5_dataloader",
     "nn_handler.dataloaders.h5_sample_dataset",
+    "nn_handler.dataloaders.h5_sparse_dataset",
     "nn_handler.dataloaders.loader",
     "nn_handler.dataloaders.prefetch",
     "nn_handler.dataloaders.rank_cached_h5_dataloader",

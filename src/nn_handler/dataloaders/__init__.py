@@ -15,6 +15,7 @@ from ._protocols import (
     EpochAware,
     RankSharded,
     Resumable,
+    VariableBlocks,
     indexes_batches,
     is_rank_sharded,
     set_epoch_once,
@@ -23,6 +24,7 @@ from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
+from .h5_sparse_dataset import H5SparseDataset
 from .loader import EpochBatchSampler, batched_loader, fit_chunk_cache
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
@@ -49,6 +51,7 @@ __all__ = [
     "EpochShuffleSampler",
     "H5LazyDataset",
     "H5SampleDataset",
+    "H5SparseDataset",
     "RankMemCachedH5Dataset",
     "RankSharded",
     "Resumable",
@@ -56,6 +59,7 @@ __all__ = [
     "STATE_EPOCH",
     "STATE_SEED",
     "ShardSampler",
+    "VariableBlocks",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",

@@ -23,6 +23,7 @@ __all__ = [
     "EpochAware",
     "RankSharded",
     "Resumable",
+    "VariableBlocks",
     "indexes_batches",
     "is_rank_sharded",
     "set_epoch_once",
@@ -70,7 +71,7 @@ class ChunkAware(Protocol):
 
     def __len__(self) -> int: ...
 
-    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int: ...
+    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int: ...
 
     def set_chunk_cache(
         self, nbytes: int, nslots: int | None = None, w0: float | None = None
@@ -78,14 +79,26 @@ class ChunkAware(Protocol):
 
 
 @runtime_checkable
-class ChunkWindowed(Protocol):
-    """A sampler that walks blocks of rows in windows: ``window_chunks`` blocks of ``block_size``.
+class VariableBlocks(Protocol):
+    """A dataset whose chunks hold different numbers of rows (sparse rows, ragged data).
 
-    ``size_cache`` says whether the loader should grow a ``ChunkAware`` dataset's chunk cache so
-    a window (plus the blocks at its borders) stays decoded.
+    ``block_starts`` is the first row of every block (strictly increasing from 0), or None when
+    blocks have a fixed size (``chunk_rows``).
     """
 
-    block_size: int
+    block_starts: Any
+
+
+@runtime_checkable
+class ChunkWindowed(Protocol):
+    """A sampler that walks blocks of rows in windows of ``window_chunks`` blocks.
+
+    ``cache_block_rows`` is the rows of one block to size a chunk cache for (None: the
+    dataset's own, varying blocks); ``size_cache`` says whether the loader should grow a
+    ``ChunkAware`` dataset's chunk cache so a window (plus its two border blocks) stays decoded.
+    """
+
+    cache_block_rows: int | None
     window_chunks: int
     size_cache: bool
 

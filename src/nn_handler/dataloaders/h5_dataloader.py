@@ -217,13 +217,15 @@ class H5LazyDataset(Dataset[Sample]):
         for reader in self._readers():
             reader.clear_cache()
 
-    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
         """Chunk-cache bytes per key that keep ``blocks`` row blocks of ``block_rows`` decoded.
 
-        Used by ``ChunkShuffleSampler`` to size the cache for its shuffle window. Zero when no
-        key needs a chunk cache (contiguous or memory-mapped data).
+        Used by ``batched_loader`` to size the cache for a chunk sampler's shuffle window
+        (``block_rows=None``: blocks of ``chunk_rows``). Zero when no key needs a chunk cache
+        (contiguous or memory-mapped data).
         """
-        return max(reader.window_cache_nbytes(block_rows, blocks) for reader in self._readers())
+        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
+        return max(reader.window_cache_nbytes(rows, blocks) for reader in self._readers())
 
     def _readers(self) -> list[Reader]:
         return [self._x] if self._y is None else [self._x, self._y]

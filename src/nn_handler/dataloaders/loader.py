@@ -124,18 +124,19 @@ def fit_chunk_cache(dataset: object, sampler: object) -> None:
     if not isinstance(dataset, ChunkAware):
         return
     blocks, budget = sampler.window_chunks + 2, dataset.chunk_cache_nbytes
-    need = int(dataset.window_cache_nbytes(sampler.block_size, blocks))
+    rows = sampler.cache_block_rows
+    need = int(dataset.window_cache_nbytes(rows, blocks))
     if need <= budget:
         return
     dataset.set_chunk_cache(need)
     big = need > _BIG_CACHE
     (_LOG.warning if big else _LOG.info)(
-        "chunk cache of %r grown from %d to %d bytes per key so a window of %d blocks of %d "
+        "chunk cache of %r grown from %d to %d bytes per key so a window of %d blocks of %s "
         "rows stays decoded%s",
         dataset,
         budget,
         need,
         blocks,
-        sampler.block_size,
+        "its own" if rows is None else rows,
         " (per DataLoader worker: pass a smaller window_chunks to use less memory)" if big else "",
     )

@@ -154,6 +154,31 @@ class ChunkBlocks:
             out[lo - start : hi - start] = block[lo - self._start(b) : hi - self._start(b)]
         return out
 
+    def blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]]:
+        """Return blocks ``ids`` (cached, or decoded now in parallel and cached); read-only."""
+        return self._blocks(dset, ids)
+
+    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any]:
+        """Return the first ``rows`` rows of ``block`` (read-only).
+
+        From the cache when the block is there; else, when the codec can (plain deflate, one
+        chunk per block), inflated only that far and not cached; else the whole block, cached.
+        """
+        cached = self.cache.get(block)
+        if cached is not None:
+            return cached[:rows]
+        if self.codec is not None and len(self._tiles) == 1:
+            offset = (self._start(block), *(0 for _ in self.row_shape))
+            row_nbytes = self.block_nbytes // self.block_rows
+            try:
+                mask, raw = dset.id.read_direct_chunk(offset)
+                head = self.codec.decode_head(raw, rows * row_nbytes, mask)
+            except (RuntimeError, OSError, ChunkDecodeError):
+                head = None  # unwritten or corrupt: h5py reads the block and says why
+            if head is not None:
+                return head.view(self.dtype).reshape(rows, *self.row_shape)
+        return self._blocks(dset, [block])[0][:rows]
+
     def _blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]]:
         """Return blocks ``ids``, from the cache or decoded now (in parallel) and cached."""
         found = [self.cache.get(b) for b in ids]

@@ -96,6 +96,27 @@ class ChunkCodec:
             )
         return flat.view(self.dtype).reshape(self.chunk_shape)
 
+    def decode_head(
+        self, raw: bytes, nbytes: int, filter_mask: int = 0
+    ) -> np.ndarray[Any, Any] | None:
+        """Return the first ``nbytes`` decoded bytes (uint8), inflating only that far.
+
+        None when the pipeline is not plain deflate (byte-shuffle and checksums need the
+        whole chunk): the caller decodes the chunk instead.
+
+        Raises:
+            ChunkDecodeError: the stream is corrupt or shorter than ``nbytes``.
+        """
+        if filter_mask or tuple(code for code, _ in self.filters) != (_DEFLATE,):
+            return None
+        try:
+            head = zlib.decompressobj().decompress(raw, nbytes)
+        except zlib.error as exc:
+            raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
+        if len(head) != nbytes:
+            raise ChunkDecodeError(f"chunk decoded to {len(head)} bytes, expected {nbytes}")
+        return np.frombuffer(head, dtype=np.uint8)
+
 
 def _undo(
     code: int, param: int, data: bytes | bytearray | np.ndarray[Any, Any], bound: int

@@ -147,6 +147,48 @@ class RowReader:
             self._dataset().read_direct(out, np.s_[start:stop])
         return out
 
+    def read_chunks(self, chunks: list[int]) -> list[np.ndarray[Any, Any]]:
+        """Return whole chunks along axis 0: rows ``[c * chunk_rows, (c + 1) * chunk_rows)``.
+
+        For callers that gather pieces of many rows (sparse ``data`` / ``indices``): with the
+        ``decode`` and ``chunks`` strategies each chunk is decoded once, in parallel, and kept
+        in the decoded-chunk cache, so later calls that touch it again cost no decode. Other
+        strategies read the rows with ``read_range``. Treat the arrays as read-only.
+
+        Raises:
+            ValueError: the dataset is not chunked.
+            IndexError: a chunk number is out of range.
+        """
+        if self.chunk_rows is None:
+            raise ValueError(f"{self.key!r} in {self.source.path!r} is not chunked")
+        rows, count = self.chunk_rows, -(-self.length // self.chunk_rows)
+        bad = [c for c in chunks if not 0 <= c < count]
+        if bad:
+            raise IndexError(f"chunk {bad[0]} is out of range for {count} chunks of {self.key!r}")
+        if self._blocks is not None:
+            return self._blocks.blocks(self._dataset(), list(chunks))
+        return [self.read_range(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
+
+    def read_chunk_head(self, chunk: int, rows: int) -> np.ndarray[Any, Any]:
+        """Return the first ``rows`` rows of chunk ``chunk`` (see ``read_chunks``; read-only).
+
+        A chunk that is not in the decoded-chunk cache and whose only filter is deflate is
+        inflated only that far, and not cached: for a sparse row that spills over into the next
+        chunk, whose own rows are read (and the chunk decoded once) at another time.
+
+        Raises:
+            ValueError: the dataset is not chunked.
+            IndexError: the chunk or the row count is out of range.
+        """
+        if self.chunk_rows is None:
+            raise ValueError(f"{self.key!r} in {self.source.path!r} is not chunked")
+        first = chunk * self.chunk_rows
+        if not (0 <= first < self.length and 0 < rows <= min(self.chunk_rows, self.length - first)):
+            raise IndexError(f"rows [0, {rows}) of chunk {chunk} are outside {self.key!r}")
+        if self._blocks is not None:
+            return self._blocks.head(self._dataset(), chunk, rows)
+        return self.read_range(first, first + rows)
+
     def clear_cache(self) -> None:
         """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
         if self._blocks is not None:
