@@ -9,7 +9,7 @@ import pytest
 
 from helpers.sparse_files import ad, matrix, obs_frame, pd, write_10x
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "sparse.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sparse.md"
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 
