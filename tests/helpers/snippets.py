@@ -11,6 +11,7 @@ Markdown file as its file name and its own line numbers, so a traceback points i
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import warnings
@@ -88,6 +89,11 @@ def run_in_rank(
     warnings' messages.
     """
     os.chdir(folder)
+    # Under torchrun every rank is a fresh interpreter with the platform's default start method
+    # (fork on Linux before Python 3.14). run_ddp's ranks are spawn children, and those inherit
+    # "spawn" as their default: each DataLoader worker would re-import torch (about 50 s for the
+    # 8 workers of a 2-rank snippet on 2 cores). Back to the default, as under torchrun.
+    multiprocessing.set_start_method(None, force=True)
     namespace: dict[str, Any] = {"__name__": "__snippet__"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
