@@ -255,7 +255,7 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
 
 
 def test_shuffle_quality_against_full_shuffle():
-    """The numbers quoted in the README (n=100k, chunks of 64, batches of 256)."""
+    """The numbers quoted in docs/performance.md (n=100k, chunks of 64, batches of 256)."""
     n, block, batch, cache = 100_000, 64, 256, 325
     full = np.array(list(EpochShuffleSampler(n, seed=0)))
     chunked = np.array(list(ChunkShuffleSampler(n, block_size=block, window_chunks=32)))

@@ -336,8 +336,10 @@ def test_clear_cache(full_files):
     ds = CombinedHDF5Dataset(full_files, cache_size=10, field_names=FIELD_NAMES)
     ds[[0, 1, 2]]
     assert ds.get_stats()["cache_size"] == 3
+    assert len(ds._cache) == 3  # the seed's memory-management snippet reads this
     ds.clear_cache()
-    assert ds.get_stats()["cache_size"] == 0
+    assert ds.get_stats()["cache_size"] == 0 and len(ds._cache) == 0
+    assert len(CombinedHDF5Dataset(full_files, cache_size=0, field_names=FIELD_NAMES)._cache) == 0
     ds[0]
     assert ds.get_stats()["cache_misses"] == 4  # counters kept, 0 read again
 

@@ -3,11 +3,15 @@
 Each process gets the torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and calls ``fn(*args)``; its return value comes back through
 a file. Processes are started with ``spawn``, joined with a deadline, and killed when late.
+Each rank leads its own process group, so a late rank is killed together with the DataLoader
+workers it forked (killed alone, its workers would outlive the test).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import time
 import traceback
@@ -45,7 +49,8 @@ def run_ddp(
     late = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
     for proc in procs:
         if proc.is_alive():
-            proc.kill()
+            _kill_group(proc.pid)
+            proc.kill()  # in case it had not made its group yet
             proc.join(10)
     errors = [_error(out, rank) for rank in range(world_size)]
     assert not late, f"ranks {late} still running after {timeout}s; errors: {errors}"
@@ -65,6 +70,13 @@ def _wait(procs: list[Any], timeout: float) -> None:
             return
 
 
+def _kill_group(pid: int) -> None:
+    """Kill the process group ``pid`` leads: the rank and every worker it started."""
+    # no such group (yet): the caller kills the rank itself
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def _error(out: Path, rank: int) -> str:
     path = out / f"rank{rank}.err"
     return path.read_text() if path.exists() else ""
@@ -80,6 +92,7 @@ def _entry(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
+    os.setpgid(0, 0)  # lead a process group: see _kill_group
     torch.set_num_threads(1)
     try:
         torch.save(fn(*args), Path(out) / f"rank{rank}.pt")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,6 +228,15 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         """Return the samples at ``indices`` as a list of dicts, reading the batch at once."""
         idx = as_index_array(indices, len(self))
         return split_batch(self._batch(idx), idx.size)
+
+    @property
+    def _cache(self) -> Sized:
+        """This process's sample cache; ``len()`` is the samples it holds.
+
+        Kept for the seed's ``len(dataset._cache)``; ``get_stats()["cache_size"]`` says the same.
+        """
+        cache = self._local().cache
+        return () if cache is None else cache
 
     def clear_cache(self) -> None:
         """Empty this process's sample cache (the counters are kept)."""
