@@ -10,6 +10,7 @@ workers it forked (killed alone, its workers would outlive the test).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import socket
@@ -93,6 +94,9 @@ def _entry(
         MASTER_PORT=str(port),
     )
     os.setpgid(0, 0)  # lead a process group: see _kill_group
+    # a spawned child inherits "spawn" as its default start method; under torchrun a rank's
+    # DataLoader workers use the platform's default (fork on Linux): do as torchrun does
+    multiprocessing.set_start_method(None, force=True)
     torch.set_num_threads(1)
     try:
         torch.save(fn(*args), Path(out) / f"rank{rank}.pt")
