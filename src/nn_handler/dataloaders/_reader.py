@@ -31,6 +31,7 @@ from ._blocks import ChunkBlocks
 from ._decode import codec_for
 from ._indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from ._source import H5Source
+from ._window_blocks import WindowBlocks, window_reader
 
 __all__ = ["RowReader"]
 
@@ -81,6 +82,22 @@ class RowReader:
         if self._blocks is None:
             return "slabs"
         return "decode" if self._blocks.codec is not None else "chunks"
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows worth announcing ahead of reads (``prefetch``): a planned window, else 0."""
+        return self._blocks.readahead_rows if isinstance(self._blocks, WindowBlocks) else 0
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding the chunks rows ``indices`` need, in the background (or do nothing)."""
+        if isinstance(self._blocks, WindowBlocks):
+            self._blocks.prefetch(as_index_array(indices, self.length))
+
+    @property
+    def releases_gil(self) -> bool:
+        """True when batch reads run outside the GIL and h5py's lock (memory-map gathers, or
+        chunks read by ``pread`` and decoded in the pool): threads then read in parallel."""
+        return self._mapped is not None or isinstance(self._blocks, WindowBlocks)
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +169,12 @@ class RowReader:
         """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
         if self._blocks is not None:
             self._blocks.cache.clear()
+
+    def plan_window(self, block_rows: int, blocks: int) -> None:
+        """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
+        if isinstance(self._blocks, WindowBlocks):
+            chunks = self.window_cache_nbytes(block_rows, blocks) // self._blocks.block_nbytes
+            self._blocks.plan_window(max(1, chunks))
 
     def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
         """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
@@ -266,10 +289,13 @@ class RowReader:
         )
 
 
-def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
+def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | WindowBlocks | None:
     """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
     if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
         return None
+    window = window_reader(dset, source)  # raw chunks by pread, one gather per batch
+    if window is not None:
+        return window
     if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
         return None
     chunks = tuple(int(c) for c in dset.chunks)

@@ -48,7 +48,8 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             of this library has them), or its length as an int together with ``block_size``.
         seed: Base seed, the same on every rank.
         window_chunks: Blocks per shuffle window. Larger mixes better and needs a larger chunk
-            cache. Default: as many as the dataset's chunk cache holds, between 8 and 64.
+            cache. Default: half of what the dataset's chunk cache holds (so the next window
+            can be decoded ahead while this one is served), between 8 and 64.
         block_size: Rows per block (default: the dataset's ``chunk_rows``; 1 when the data is
             not chunked, which makes this a plain full shuffle).
         rank: This rank (detected with ``World.detect`` when None).
@@ -125,6 +126,9 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             raise TypeError(f"size_cache must be True or False, got {size_cache!r}")
         if size_cache:
             _fit_cache(dataset, self.block_size, self.window_chunks + 2)
+        plan = getattr(dataset, "plan_window", None)
+        if callable(plan):  # the reader keeps about two windows decoded, not its whole budget
+            plan(self.block_size, self.window_chunks)
 
     @property
     def num_blocks(self) -> int:
@@ -231,7 +235,8 @@ def _default_window(dataset: Any, block: int) -> int:
     per_block = int(need(block, 1))
     if per_block == 0:  # no chunk cache involved (contiguous or memory-mapped reads)
         return MAX_WINDOW_CHUNKS
-    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, budget // per_block - 2))
+    # half of what the cache holds: the reader decodes the next window while this one is served
+    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, (budget // per_block - 2) // 2))
 
 
 def _fit_cache(dataset: Any, block: int, blocks: int) -> None:

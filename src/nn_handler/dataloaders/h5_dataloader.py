@@ -134,6 +134,13 @@ class H5LazyDataset(Dataset[Sample]):
         return self._source.is_open
 
     @property
+    def reads_release_gil(self) -> bool:
+        """True when batches are read outside the GIL (every key memory-mapped or decoded by
+        our codecs, no transforms): ``batched_loader(worker_mode="auto")`` then uses threads."""
+        no_transforms = self.transform is None and self.target_transform is None
+        return no_transforms and all(r.releases_gil for r in self._readers())
+
+    @property
     def chunk_cache_nbytes(self) -> int:
         """Chunk-cache budget per key, in bytes (``rdcc_nbytes``)."""
         return self._source.options.rdcc_nbytes
@@ -174,6 +181,29 @@ class H5LazyDataset(Dataset[Sample]):
         key needs a chunk cache (contiguous or memory-mapped data).
         """
         return max(reader.window_cache_nbytes(block_rows, blocks) for reader in self._readers())
+
+    def plan_window(self, block_rows: int, blocks: int) -> None:
+        """Size each key's decoded-chunk window for ``blocks`` row blocks read at a time.
+
+        ``ChunkShuffleSampler`` calls this with its shuffle window, so a process keeps about
+        two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
+        """
+        for reader in self._readers():
+            reader.plan_window(block_rows, blocks)
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows ``batched_loader`` announces ahead of reading them (see ``prefetch``)."""
+        return max(reader.readahead_rows for reader in self._readers())
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
+
+        ``batched_loader`` calls this a window ahead when batches are read in this process
+        (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
+        """
+        for reader in self._readers():
+            reader.prefetch(indices)
 
     def _readers(self) -> list[RowReader]:
         return [self._x] if self._y is None else [self._x, self._y]

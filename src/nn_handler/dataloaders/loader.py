@@ -10,8 +10,9 @@ the read.
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator, Sized
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import (
@@ -23,9 +24,15 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from ._validate import check_positive_int
+from ._thread_loader import ThreadedDataLoader
+from ._validate import check_choice, check_non_negative_int, check_positive_int
 
 __all__ = ["EpochBatchSampler", "batched_loader"]
+
+WorkerMode = Literal["process", "thread", "auto"]
+_WORKER_MODES: tuple[WorkerMode, ...] = ("process", "thread", "auto")
+# DataLoader keywords that only mean something for worker processes
+_PROCESS_ONLY = ("worker_init_fn", "multiprocessing_context", "persistent_workers", "timeout")
 
 
 class EpochBatchSampler(BatchSampler):
@@ -33,7 +40,41 @@ class EpochBatchSampler(BatchSampler):
 
     Training loops that call ``loader.sampler.set_epoch(epoch)`` keep working when the loader's
     sampler yields batches.
+
+    Readahead (set by ``batched_loader`` when batches are read in this process): each batch is
+    announced to the dataset's ``prefetch`` a few batches before it is yielded, so chunks are
+    decoded in the background while earlier batches are served. ``state_dict`` still counts
+    only the batches yielded.
     """
+
+    _prefetch: Callable[[Any], None] | None = None
+    _ahead = 0
+    _held = 0
+
+    def set_readahead(self, prefetch: Callable[[Any], None] | None, batches: int) -> None:
+        """Call ``prefetch(indices)`` ``batches`` batches before each batch is yielded."""
+        self._prefetch, self._ahead = prefetch, max(0, int(batches))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = super().__iter__()
+        if self._prefetch is None or self._ahead == 0:
+            yield from batches
+            return
+        ahead: deque[list[int]] = deque()
+        self._held = 0
+        try:
+            for batch in batches:
+                self._prefetch(batch)
+                ahead.append(batch)
+                self._held += len(batch)
+                if len(ahead) > self._ahead:
+                    self._held -= len(ahead[0])
+                    yield ahead.popleft()
+            while ahead:
+                self._held -= len(ahead[0])
+                yield ahead.popleft()
+        finally:
+            self._held = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Call ``set_epoch(epoch)`` on the wrapped sampler when it has one."""
@@ -44,7 +85,10 @@ class EpochBatchSampler(BatchSampler):
     def state_dict(self) -> dict[str, Any]:
         """Return the wrapped sampler's state (empty when it keeps none)."""
         state_dict = getattr(self.sampler, "state_dict", None)
-        return dict(state_dict()) if callable(state_dict) else {}
+        state = dict(state_dict()) if callable(state_dict) else {}
+        if self._held and isinstance(state.get("consumed"), int):
+            state["consumed"] -= self._held  # drawn for readahead, not yet handed out
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the wrapped sampler's state."""
@@ -65,6 +109,7 @@ def batched_loader(
     sampler: Sampler[int] | None = None,
     drop_last: bool = False,
     generator: torch.Generator | None = None,
+    worker_mode: WorkerMode = "process",
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """Return a DataLoader whose dataset reads and stacks each batch in one call.
@@ -78,12 +123,19 @@ def batched_loader(
             from its order.
         drop_last: Drop the last incomplete batch.
         generator: Random generator for ``shuffle=True``.
+        worker_mode: What ``num_workers > 0`` starts: ``"process"`` (DataLoader worker
+            processes, the default), ``"thread"`` (that many threads of this process read
+            batches; no pickling, no copy between processes: best when reads run outside the
+            GIL, as memory-mapped gathers and our chunk decoding do), or ``"auto"`` (threads when
+            the dataset says its batch reads release the GIL, ``reads_release_gil``, and no
+            process-only keyword such as ``worker_init_fn`` is given; else processes).
         **dataloader_kwargs: Any other ``DataLoader`` keyword (``num_workers``,
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
 
     Raises:
         TypeError: the dataset cannot index batches, or a keyword would conflict.
-        ValueError: ``shuffle=True`` together with a ``sampler``.
+        ValueError: ``shuffle=True`` together with a ``sampler``, or an unknown
+            ``worker_mode``.
     """
     check_positive_int("batch_size", batch_size)
     if not getattr(dataset, "supports_batch_indexing", False):
@@ -102,4 +154,42 @@ def batched_loader(
         sized: Sized = dataset  # type: ignore[assignment]
         sampler = RandomSampler(sized, generator=generator) if shuffle else SequentialSampler(sized)
     batches = EpochBatchSampler(sampler, batch_size, drop_last)
+    threads = _use_threads(dataset, worker_mode, dataloader_kwargs)
+    if threads or not dataloader_kwargs.get("num_workers"):
+        _plan_readahead(dataset, batches, batch_size)
+    if threads:
+        return ThreadedDataLoader(
+            dataset,
+            batches,
+            threads=dataloader_kwargs["num_workers"],
+            prefetch_factor=dataloader_kwargs.get("prefetch_factor") or 2,
+            pin_memory=bool(dataloader_kwargs.get("pin_memory", False)),
+        )
     return DataLoader(dataset, batch_size=None, sampler=batches, **dataloader_kwargs)
+
+
+def _plan_readahead(dataset: Any, batches: EpochBatchSampler, batch_size: int) -> None:
+    """Announce batches early to a dataset that decodes ahead (``prefetch``, ``readahead_rows``)."""
+    prefetch = getattr(dataset, "prefetch", None)
+    rows = getattr(dataset, "readahead_rows", 0)
+    if callable(prefetch) and isinstance(rows, int) and rows > 0:
+        batches.set_readahead(prefetch, -(-rows // batch_size))
+
+
+def _use_threads(dataset: Any, mode: WorkerMode, kwargs: dict[str, Any]) -> bool:
+    """Whether ``batched_loader`` serves batches from threads (see ``worker_mode``)."""
+    check_choice("worker_mode", mode, _WORKER_MODES)
+    workers = check_non_negative_int("num_workers", kwargs.get("num_workers", 0))
+    if mode == "process" or workers == 0:
+        return False
+    given = [key for key in _PROCESS_ONLY if kwargs.get(key) not in (None, False, 0)]
+    unknown = set(kwargs) - {"num_workers", "prefetch_factor", "pin_memory", *_PROCESS_ONLY}
+    if mode == "thread":
+        if given or unknown:
+            raise TypeError(
+                f"worker_mode='thread' reads batches in threads of this process; "
+                f"{', '.join(sorted([*given, *unknown]))} only apply to worker processes: "
+                "remove them or use worker_mode='process'"
+            )
+        return True
+    return not given and not unknown and bool(getattr(dataset, "reads_release_gil", False))

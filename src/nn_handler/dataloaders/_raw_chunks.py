@@ -1,0 +1,168 @@
+"""Raw chunk bytes read with ``pread`` from the offsets in HDF5's chunk table: no h5py, no lock.
+
+``read_direct_chunk`` goes through h5py, which holds its global lock for every call: decode
+threads line up behind it. For a dataset whose chunks each hold whole rows, ``ChunkTable``
+reads the table once (``chunk_iter``, or ``get_chunk_info`` on older HDF5), checks every
+entry against the file's size, and then serves any chunk's raw bytes with one ``os.preadv``
+into a reused per-thread buffer (the GIL is released while the kernel copies).
+
+The file descriptor is opened lazily in each process (a forked worker opens its own; pickles
+carry none) and the file is checked to still be the one the table was read from (device,
+inode, and a size no smaller than every chunk's end) before it is used.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import h5py
+import numpy as np
+
+__all__ = ["ChunkTable", "ChunkTableError"]
+
+_UNALLOCATED = -1
+
+
+class ChunkTableError(OSError):
+    """The chunk table or the file disagree with what the table promised (names the file)."""
+
+
+class ChunkTable:
+    """Offsets, sizes and filter masks of the chunks of one dataset whose chunks hold whole rows.
+
+    Use ``ChunkTable.build``; entry ``b`` is the chunk holding rows
+    ``[b * chunk_rows, (b + 1) * chunk_rows)``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        key: str,
+        offsets: np.ndarray[Any, Any],
+        sizes: np.ndarray[Any, Any],
+        masks: np.ndarray[Any, Any],
+        identity: tuple[int, int],
+    ) -> None:
+        self.path, self.key = path, key
+        self.offsets, self.sizes, self.masks = offsets, sizes, masks
+        self._identity = identity
+        self._end = int((offsets + sizes).max()) if offsets.size else 0
+        self._fd = -1
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @classmethod
+    def build(cls, dset: h5py.Dataset, path: str) -> ChunkTable | None:
+        """Read ``dset``'s chunk table; None when a chunk splits rows or is not written.
+
+        Raises:
+            ChunkTableError: a chunk's bytes would lie past the end of the file.
+        """
+        chunks = tuple(int(c) for c in dset.chunks)
+        if chunks[1:] != tuple(int(s) for s in dset.shape[1:]) or dset.shape[0] == 0:
+            return None
+        rows = chunks[0]
+        count = -(-int(dset.shape[0]) // rows)
+        offsets = np.full(count, _UNALLOCATED, dtype=np.int64)
+        sizes = np.zeros(count, dtype=np.int64)
+        masks = np.zeros(count, dtype=np.int64)
+
+        def record(info: Any) -> None:
+            block = info.chunk_offset[0] // rows
+            if block < count and info.byte_offset is not None:
+                offsets[block], sizes[block] = info.byte_offset, info.size
+                masks[block] = info.filter_mask
+
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(record)
+        else:  # h5py built against HDF5 < 1.12.3
+            for i in range(dset.id.get_num_chunks()):
+                record(dset.id.get_chunk_info(i))
+        if np.any(offsets == _UNALLOCATED):
+            return None  # unwritten chunks read as the fill value: leave them to HDF5
+        stat = os.stat(path)
+        table = cls(path, dset.name, offsets, sizes, masks, (stat.st_dev, stat.st_ino))
+        table._check_size(stat.st_size)
+        return table
+
+    def read(self, block: int) -> tuple[np.ndarray[Any, Any], int]:
+        """Raw bytes of chunk ``block`` (a view of a per-thread buffer) and its filter mask.
+
+        The view is valid until this thread's next ``read``.
+
+        Raises:
+            ChunkTableError: the file is shorter than the table says (it changed).
+        """
+        size, offset = int(self.sizes[block]), int(self.offsets[block])
+        buf: np.ndarray[Any, Any] | None = getattr(self._local, "buf", None)
+        if buf is None or buf.size < size:
+            buf = np.empty(max(size, 1), dtype=np.uint8)
+            self._local.buf = buf
+        view = buf[:size]
+        got = os.preadv(self._descriptor(), [view], offset) if size else 0
+        if got != size:
+            raise ChunkTableError(
+                f"{self.path!r}, dataset {self.key!r}: chunk {block} should be {size} bytes at "
+                f"offset {offset}, but the file ends before that ({got} bytes read); the file "
+                "changed since it was opened"
+            )
+        return view, int(self.masks[block])
+
+    def _descriptor(self) -> int:
+        if self._fd >= 0 and self._pid == os.getpid():
+            return self._fd
+        with self._lock:
+            if self._fd < 0 or self._pid != os.getpid():
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    self._check_file(fd)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd, self._pid = fd, os.getpid()
+        return self._fd
+
+    def _check_file(self, fd: int) -> None:
+        stat = os.fstat(fd)
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            raise ChunkTableError(
+                f"{self.path!r} is no longer the file whose chunk table was read for dataset "
+                f"{self.key!r} (it was replaced); open the dataset again"
+            )
+        self._check_size(stat.st_size)
+
+    def _check_size(self, file_size: int) -> None:
+        if self._end > file_size:
+            block = int(np.argmax(self.offsets + self.sizes))
+            raise ChunkTableError(
+                f"{self.path!r}, dataset {self.key!r}: chunk {block} lies at bytes "
+                f"[{int(self.offsets[block])}, {self._end}) but the file has {file_size} bytes "
+                "(truncated or corrupt file)"
+            )
+
+    def close(self) -> None:
+        """Close this process's descriptor (the next read reopens it)."""
+        with self._lock:
+            if self._fd >= 0 and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd, self._pid = -1, -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_fd=-1, _pid=-1, _lock=None, _local=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0 and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:  # pragma: no cover - already closed
+                pass
