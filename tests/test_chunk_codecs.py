@@ -1,4 +1,4 @@
-"""Native decoders (gzip, shuffle, Fletcher-32, blosc, blosc2, lz4, bitshuffle, zstd): same bytes as h5py."""
+"""Native decoders (gzip, shuffle, Fletcher-32, blosc(2), lz4, bitshuffle, zstd): h5py's bytes."""
 
 import zlib
 
@@ -34,7 +34,9 @@ def filters():
         "blosc-zstd-bitshuffle": dict(
             hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.BITSHUFFLE)
         ),
-        "blosc-noshuffle": dict(hdf5plugin.Blosc(cname="blosclz", shuffle=hdf5plugin.Blosc.NOSHUFFLE)),
+        "blosc-noshuffle": dict(
+            hdf5plugin.Blosc(cname="blosclz", shuffle=hdf5plugin.Blosc.NOSHUFFLE)
+        ),
         "blosc2": dict(hdf5plugin.Blosc2(cname="lz4", clevel=5)),
         "zstd": dict(hdf5plugin.Zstd(clevel=3)),
         "shuffle-zstd": {"shuffle": True, **hdf5plugin.Zstd(clevel=1)},
@@ -125,7 +127,7 @@ def test_corrupt_chunk_falls_back_to_h5py_which_raises(tmp_path):
         fh.write(b"\xff" * 4)
     r = reader(path, "x")
     np.testing.assert_array_equal(r.read([0, 8, 89]), data[[0, 8, 89]])  # other chunks fine
-    with pytest.raises(OSError):  # h5py's own error for the broken chunk
+    with pytest.raises(OSError, match=r"(?i)filter|decompress|read"):  # h5py's own error
         r.read([17])
 
 
@@ -137,7 +139,7 @@ def test_inflate_into_checks_length():
     assert out.tobytes() == payload.tobytes()
     with pytest.raises(InflateError, match="more than the expected 999"):
         inflate_into(stream, np.empty(999, np.uint8))
-    with pytest.raises(InflateError, match="1000 bytes, expected 1001|corrupt"):
+    with pytest.raises(InflateError, match=r"1000 bytes, expected 1001|corrupt"):
         inflate_into(stream, np.empty(1001, np.uint8))
     with pytest.raises(InflateError):
         inflate_into(b"not zlib", out)

@@ -9,7 +9,8 @@ covers the filters h5py users meet most:
 | deflate / gzip (1) | libdeflate through ``ctypes``, into the destination (``_inflate_into``) |
 | byte-shuffle (2) | NumPy, one strided copy per byte plane |
 | Fletcher-32 (3) | verified with ``_decode.fletcher32`` and stripped |
-| blosc (32001), lz4 (32004), bitshuffle (32008), zstd (32015) | the C libraries that ``hdf5plugin`` ships (its filter plugins export them), through ``ctypes`` |
+| blosc (32001), lz4 (32004), bitshuffle (32008), zstd (32015) | ``hdf5plugin``'s own filter |
+| | libraries (they export the codecs' C functions), through ``ctypes`` |
 | blosc2 (32026) | the ``blosc2`` package (chunks and b2nd frames) |
 
 ``ctypes`` releases the GIL for every C call, so the decode threads really run in parallel, and
@@ -363,7 +364,6 @@ def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
         return None
     itemsize = dset.dtype.itemsize
     steps = tuple(
-        _Step(int(code), tuple(int(v) for v in values), itemsize)
-        for code, _, values, _ in filters
+        _Step(int(code), tuple(int(v) for v in values), itemsize) for code, _, values, _ in filters
     )
     return ChunkPipeline(steps, math.prod(int(c) for c in dset.chunks) * itemsize)

@@ -13,6 +13,7 @@ bytes, one copy more.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import threading
@@ -55,10 +56,8 @@ def _load() -> tuple[Any, Any] | None:
 _LIB = _load()
 _local = threading.local()
 _libdeflate: Any = None
-try:
+with contextlib.suppress(ImportError):  # optional: zlib inflates otherwise
     _libdeflate = importlib.import_module("deflate")
-except ImportError:  # pragma: no cover - depends on the environment
-    pass
 
 
 def has_direct_inflate() -> bool:
@@ -100,18 +99,14 @@ def inflate_into(data: Any, out: np.ndarray[Any, Any]) -> None:
         return
     src, src_len, keep = _address(data)
     actual = ctypes.c_size_t(0)
-    code = _LIB[1](
-        _decompressor(), src, src_len, out.ctypes.data, expected, ctypes.byref(actual)
-    )
+    code = _LIB[1](_decompressor(), src, src_len, out.ctypes.data, expected, ctypes.byref(actual))
     del keep
     if code == _SUCCESS and actual.value == expected:
         return
     if code == _INSUFFICIENT_SPACE:
         raise InflateError(f"zlib stream inflates to more than the expected {expected} bytes")
     if code in (_SUCCESS, _SHORT_OUTPUT):
-        raise InflateError(
-            f"zlib stream inflates to {actual.value} bytes, expected {expected}"
-        )
+        raise InflateError(f"zlib stream inflates to {actual.value} bytes, expected {expected}")
     raise InflateError("zlib stream is corrupt")
 
 

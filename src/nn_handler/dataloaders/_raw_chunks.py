@@ -13,6 +13,7 @@ inode, and a size no smaller than every chunk's end) before it is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -102,7 +103,7 @@ class ChunkTable:
             buf = np.empty(max(size, 1), dtype=np.uint8)
             self._local.buf = buf
         view = buf[:size]
-        got = os.preadv(self._descriptor(), [view], offset) if size else 0
+        got = os.preadv(self._descriptor(), [view.data], offset) if size else 0
         if got != size:
             raise ChunkTableError(
                 f"{self.path!r}, dataset {self.key!r}: chunk {block} should be {size} bytes at "
@@ -162,7 +163,5 @@ class ChunkTable:
 
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0 and self._pid == os.getpid():
-            try:
+            with contextlib.suppress(OSError):  # already closed
                 os.close(self._fd)
-            except OSError:  # pragma: no cover - already closed
-                pass

@@ -95,8 +95,11 @@ class RowReader:
 
     @property
     def releases_gil(self) -> bool:
-        """True when batch reads run outside the GIL and h5py's lock (memory-map gathers, or
-        chunks read by ``pread`` and decoded in the pool): threads then read in parallel."""
+        """True when batch reads run outside the GIL and h5py's lock.
+
+        Memory-map gathers, and chunks read by ``pread`` and decoded in the pool: threads then
+        read in parallel.
+        """
         return self._mapped is not None or isinstance(self._blocks, WindowBlocks)
 
     @property

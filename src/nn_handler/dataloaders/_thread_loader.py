@@ -65,7 +65,9 @@ class ThreadedDataLoader(DataLoader[Any]):
         return "thread"
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        return _serve(self.dataset, iter(self.sampler), self.threads, self.prefetch, self.pin_batches)
+        return _serve(
+            self.dataset, iter(self.sampler), self.threads, self.prefetch, self.pin_batches
+        )
 
     def __repr__(self) -> str:
         return (
@@ -76,7 +78,7 @@ class ThreadedDataLoader(DataLoader[Any]):
 
 def _read(dataset: Any, indices: Any, pin: bool) -> Any:
     batch = dataset[indices]
-    return pin_batch(batch) if pin else batch
+    return pin_batch(batch) if pin else batch  # type: ignore[no-untyped-call]
 
 
 def _serve(

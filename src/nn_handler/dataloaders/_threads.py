@@ -104,8 +104,11 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
 
 
 def submit(fn: Callable[[T], R], item: T) -> Future[R] | None:
-    """Start ``fn(item)`` in the decode pool and return its future; None when there is no pool
-    (one decode thread): work started ahead of need (readahead) is then simply not started."""
+    """Start ``fn(item)`` in the decode pool and return its future.
+
+    None when there is no pool (one decode thread): work started ahead of need (readahead) is
+    then simply not started.
+    """
     pool = _executor()
     return None if pool is None else pool.submit(fn, item)
 

@@ -1,4 +1,4 @@
-"""Rows of a compressed dataset whose chunks hold whole rows: a window of decoded chunks, one gather.
+"""Rows of a compressed dataset whose chunks hold whole rows: decoded chunks, one gather.
 
 What the profile of ``ChunkBlocks`` showed (W3, 2000 float32 per row, chunks of 256 rows):
 inflate 31 %, the per-block copy loop that assembles a batch 20 %, copying each inflated
@@ -150,7 +150,9 @@ class WindowBlocks:
         self.dtype = dtype
         self.length = shape[0]
         self.row_shape = shape[1:]
-        self.block_rows = int(pipeline.chunk_nbytes // max(1, dtype.itemsize * math.prod(shape[1:])))
+        self.block_rows = int(
+            pipeline.chunk_nbytes // max(1, dtype.itemsize * math.prod(shape[1:]))
+        )
         self.block_nbytes = pipeline.chunk_nbytes
         self.num_blocks = -(-self.length // self.block_rows)
         self.window_blocks: int | None = None
@@ -370,9 +372,7 @@ class WindowBlocks:
         rows = self.block_rows
         first, last = -(-start // rows), stop // rows  # chunks wholly inside [start, stop)
         whole = range(first, last) if first < last else range(0)
-        self._decode_all(
-            dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole]
-        )
+        self._decode_all(dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole])
         spans = [(start, stop)] if not whole else [(start, first * rows), (last * rows, stop)]
         edge = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
         if edge.size:
@@ -391,7 +391,9 @@ class WindowBlocks:
             return False  # h5py reads it and reports its error
         return True
 
-    def _decode_all(self, dset: h5py.Dataset, tasks: list[tuple[int, np.ndarray[Any, Any]]]) -> None:
+    def _decode_all(
+        self, dset: h5py.Dataset, tasks: list[tuple[int, np.ndarray[Any, Any]]]
+    ) -> None:
         results = run_parallel(self._decode_task, tasks)
         for (block, dest), ok in zip(tasks, results, strict=True):
             if not ok:
@@ -420,8 +422,10 @@ class WindowBlocks:
 
 
 def window_reader(dset: h5py.Dataset, source: H5Source) -> WindowBlocks | None:
-    """A ``WindowBlocks`` for ``dset`` when its chunks hold whole rows in a file on disk whose
-    filters ``_chunk_codecs`` decodes, else None (the caller keeps its other readers)."""
+    """A ``WindowBlocks`` for ``dset``, or None (the caller keeps its other readers).
+
+    Needs chunks that hold whole rows, in a file on disk, with filters ``_chunk_codecs`` decodes.
+    """
     if not source.is_path or dset.file.driver != "sec2" or dset.chunks is None:
         return None
     if dset.is_virtual or dset.dtype.hasobject or dset.shape[0] == 0:

@@ -135,8 +135,11 @@ class H5LazyDataset(Dataset[Sample]):
 
     @property
     def reads_release_gil(self) -> bool:
-        """True when batches are read outside the GIL (every key memory-mapped or decoded by
-        our codecs, no transforms): ``batched_loader(worker_mode="auto")`` then uses threads."""
+        """True when batches are read outside the GIL.
+
+        Every key is memory-mapped or decoded by our codecs, and there are no transforms:
+        ``batched_loader(worker_mode="auto")`` then serves batches from threads.
+        """
         no_transforms = self.transform is None and self.target_transform is None
         return no_transforms and all(r.releases_gil for r in self._readers())
 

@@ -3,7 +3,8 @@
 The shard is read at construction, straight into its final buffer (``contiguous``: one slice of
 rows; ``interleave``: rows ``rank, rank + world_size, …``), after checking that it fits in
 available RAM (and in ``/dev/shm`` with ``share_memory=True``). From then on every sample and
-batch is served from memory: a batch is one gather (NumPy ``take`` on the CPU), and nothing keeps the file open.
+batch is served from memory: a batch is one gather (NumPy ``take`` on the CPU), and nothing
+keeps the file open.
 
 Ranks whose shards differ by one sample would run a different number of steps and hang DDP;
 ``equal_steps`` (default ``"pad"``) fixes the samples every rank iterates per epoch, and
