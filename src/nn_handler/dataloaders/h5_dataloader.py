@@ -22,6 +22,7 @@ from ._reader import RowReader
 from ._source import FileOptions, H5Source, LockingMode, close_inherited_sources
 from ._tensors import check_tensor_dtype, to_tensor
 from ._validate import check_callable, check_key, numpy_dtype
+from ._worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
@@ -257,7 +258,7 @@ class H5LazyDataset(Dataset[Sample]):
         dtype: np.dtype[Any] | None,
         fn: Callable[[Any], Any] | None,
     ) -> Any:
-        batch = to_tensor(reader.read(indices), dtype)
+        batch = read_batch(reader, indices, dtype)  # in shared memory inside worker processes
         if fn is None:
             return batch
         return torch.stack([fn(row) for row in batch.unbind(0)])

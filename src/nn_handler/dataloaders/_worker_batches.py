@@ -1,0 +1,43 @@
+"""Batches read straight into shared memory inside DataLoader worker processes.
+
+A tensor that leaves a worker process is moved into shared memory by torch when it is pickled:
+a fresh segment, and a copy of the whole batch into it. ``read_batch`` allocates the batch in
+shared memory to begin with (as ``default_collate`` does for the batches it stacks in
+workers) and reads (or casts) the rows into it, so the batch crosses the process boundary
+without that copy: only the segment's descriptor travels. Outside worker processes (the main
+process, or worker threads) it is a plain read into private memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from ._indices import as_index_array
+from ._reader import RowReader
+from ._tensors import to_tensor
+
+__all__ = ["read_batch"]
+
+
+def read_batch(reader: RowReader, indices: Any, dtype: np.dtype[Any] | None) -> torch.Tensor:
+    """Rows ``indices`` of ``reader`` as one tensor (cast to ``dtype``).
+
+    In a DataLoader worker process the tensor is allocated in shared memory.
+    """
+    final = reader.dtype if dtype is None else dtype
+    if get_worker_info() is None or not final.isnative or final.kind not in "biuf":
+        return to_tensor(reader.read(indices), dtype)
+    idx = as_index_array(indices, reader.length)
+    probe = torch.from_numpy(np.empty(0, dtype=final))
+    batch: torch.Tensor = probe.new_empty((idx.size, *reader.row_shape))
+    batch.share_memory_()  # type: ignore[no-untyped-call]
+    out = batch.numpy()
+    if final == reader.dtype:
+        reader.read(idx, out=out)
+    else:
+        np.copyto(out, reader.read(idx), casting="unsafe")
+    return batch
