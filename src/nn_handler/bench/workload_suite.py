@@ -63,6 +63,7 @@ class Measured:
     name: str
     workers: int
     rates: list[float] = field(default_factory=list)
+    cpu_rates: list[float] = field(default_factory=list)  # samples per CPU-second, all processes
     chunks_per_batch: float = float("nan")
     neighbour_corr: float = float("nan")
 
@@ -70,6 +71,11 @@ class Measured:
     def rate(self) -> float:
         """Median samples/s over the rounds."""
         return statistics.median(self.rates) if self.rates else float("nan")
+
+    @property
+    def cpu_rate(self) -> float:
+        """Median samples per CPU-second (this process and its DataLoader workers)."""
+        return statistics.median(self.cpu_rates) if self.cpu_rates else float("nan")
 
 
 @dataclass
@@ -81,11 +87,17 @@ class WorkloadTable:
     limit_name: str
     limit_rates: list[float]
     rows: list[Measured]
+    limit_cpu_rates: list[float] = field(default_factory=list)
 
     @property
     def limit(self) -> float:
         """Median limit over the rounds."""
         return statistics.median(self.limit_rates) if self.limit_rates else float("nan")
+
+    @property
+    def limit_per_core(self) -> float:
+        """The limit's samples per CPU-second of one core (NaN for the process limit)."""
+        return statistics.median(self.limit_cpu_rates) if self.limit_cpu_rates else float("nan")
 
     def get(self, name: str, workers: int) -> Measured | None:
         """The row for ``name`` at ``workers`` (None when it was not run)."""
@@ -197,10 +209,25 @@ def _split(batch: Any) -> tuple[Any, Any]:
     return batch[0], batch[1]
 
 
+def _worker_cpu(it: Any) -> float:
+    """CPU seconds used so far by a DataLoader iterator's worker processes (Linux ``/proc``)."""
+    total = 0.0
+    for worker in getattr(it, "_workers", []):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{worker.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _time_loader(
     loader: Iterable[Any], budget_s: float
-) -> tuple[float, list[np.ndarray[Any, Any]]]:
-    """Samples/s over up to ``budget_s`` (after 2 untimed batches) and the row ids served."""
+) -> tuple[float, float, list[np.ndarray[Any, Any]]]:
+    """Samples/s, samples per CPU-second and the row ids served, over up to ``budget_s``.
+
+    Two batches are consumed untimed first. CPU counts this process and its worker processes:
+    on a busy machine it shows the work per sample, which wall-clock rates cannot.
+    """
     it = iter(loader)
     served = []
     for _ in range(2):
@@ -208,6 +235,7 @@ def _time_loader(
         if batch is None:
             break
         served.append(np.asarray(_split(batch)[1]))
+    cpu0 = time.process_time() + _worker_cpu(it)
     samples, start = 0, time.perf_counter()
     for batch in it:
         x, ids = _split(batch)
@@ -216,9 +244,11 @@ def _time_loader(
         if time.perf_counter() - start > budget_s:
             break
     seconds = time.perf_counter() - start
+    cpu = time.process_time() + _worker_cpu(it) - cpu0
     with contextlib.suppress(Exception):
         del it  # stop workers now, not at garbage collection
-    return (samples / seconds if seconds > 0 else float("nan")), served
+    rate = samples / seconds if seconds > 0 else float("nan")
+    return rate, (samples / cpu if cpu > 0 else float("nan")), served
 
 
 def _quality(served: list[np.ndarray[Any, Any]], chunk_rows: int | None) -> tuple[float, float]:
@@ -243,17 +273,18 @@ def _cores() -> int:
     return max(1, os.cpu_count() or 1)  # pragma: no cover - macOS / Windows
 
 
-def _gather_limit(case: _Case, images: np.ndarray[Any, Any]) -> float:
+def _gather_limit(case: _Case, images: np.ndarray[Any, Any]) -> tuple[float, float]:
     order = np.random.default_rng(0).permutation(case.n)
     batches = [order[i : i + case.batch_size] for i in range(0, case.n, case.batch_size)]
     for b in batches[:8]:  # warm: the first touch of fresh memory is slower
         np.take(images, b, axis=0)
-    samples, start = 0, time.perf_counter()
+    samples, start, cpu = 0, time.perf_counter(), time.thread_time()
     for b in batches:
         samples += len(torch.from_numpy(np.take(images, b, axis=0)))
         if time.perf_counter() - start > case.budget_s:
             break
-    return samples / (time.perf_counter() - start)
+    cpu = time.thread_time() - cpu
+    return samples / (time.perf_counter() - start), samples / max(cpu, 1e-9)
 
 
 def _raw_chunks(path: str) -> tuple[list[bytes], int, int]:
@@ -273,7 +304,9 @@ def _raw_chunks(path: str) -> tuple[list[bytes], int, int]:
     return raws, nbytes, chunk_rows
 
 
-def _inflate_limit(raws: list[bytes], nbytes: int, chunk_rows: int, budget_s: float) -> float:
+def _inflate_limit(
+    raws: list[bytes], nbytes: int, chunk_rows: int, budget_s: float
+) -> tuple[float, float]:
     """Inflate with libdeflate (zlib when absent) in one thread, × usable cores, in samples/s."""
     try:
         libdeflate: Any = importlib.import_module("deflate")
@@ -284,14 +317,16 @@ def _inflate_limit(raws: list[bytes], nbytes: int, chunk_rows: int, budget_s: fl
         inflate = zlib.decompress
     for raw in raws[:4]:
         inflate(raw)
-    done, start = 0, time.perf_counter()
+    done, start, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - start < min(budget_s, 2.0) or done == 0:
         for raw in raws:
             inflate(raw)
             done += 1
             if time.perf_counter() - start > budget_s:
                 break
-    return done * chunk_rows / (time.perf_counter() - start) * _cores()
+    cpu = time.thread_time() - cpu
+    wall = time.perf_counter() - start
+    return done * chunk_rows / wall * _cores(), done * chunk_rows / max(cpu, 1e-9)
 
 
 def _process_limit(case: _Case) -> float:
@@ -323,12 +358,13 @@ class _Limit:
         else:
             self.name = f"sequential chunks, {_cores()} processes"
 
-    def measure(self) -> float:
+    def measure(self) -> tuple[float, float]:
+        """(samples/s, samples per CPU-second of one core; NaN for the process limit)."""
         if self.images is not None:
             return _gather_limit(self.case, self.images)
         if self.raw is not None:
             return _inflate_limit(*self.raw, self.case.budget_s)
-        return _process_limit(self.case)
+        return _process_limit(self.case), float("nan")
 
 
 # -- the rank cache on a busy machine --------------------------------------------------------
@@ -389,22 +425,26 @@ def _measure_workload(
     limit = _Limit(case)
     rows = [Measured(name, w) for name in CONTENDERS for w in workers]
     limit_rates: list[float] = []
+    limit_cpu: list[float] = []
     for r in range(rounds):
-        limit_rates.append(limit.measure())
+        wall, per_core = limit.measure()
+        limit_rates.append(wall)
+        limit_cpu.append(per_core)
         # alternate the order each round, so no contender always runs right after another
         for row in rows if r % 2 == 0 else reversed(rows):
             loader = CONTENDERS[row.name](case, row.workers)
             if loader is None:
                 continue
-            rate, served = _time_loader(loader, case.budget_s)
+            rate, cpu_rate, served = _time_loader(loader, case.budget_s)
             del loader
             row.rates.append(rate)
+            row.cpu_rates.append(cpu_rate)
             if r == 0:
                 quality = _quality(served, case.workload.chunk_rows)
                 row.chunks_per_batch, row.neighbour_corr = quality
         out(f"  round {r + 1}/{rounds} of {case.workload.name} done")
     measured = [r for r in rows if r.rates]
-    return WorkloadTable(case.workload, case.n, limit.name, limit_rates, measured)
+    return WorkloadTable(case.workload, case.n, limit.name, limit_rates, measured, limit_cpu)
 
 
 def run_workloads(
@@ -464,18 +504,25 @@ def format_workload(table: WorkloadTable) -> str:
     w = table.workload
     lines = [
         f"\n## {w.name}: {w.describe(table.n)}\n",
-        f"limit ({table.limit_name}): {_fmt(table.limit)} samples/s\n",
-        "| loader | num_workers | samples/s (median) | range | / limit | chunks per batch "
-        "| neighbour correlation |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        f"limit ({table.limit_name}): {_fmt(table.limit)} samples/s; one core: "
+        f"{_fmt(table.limit_per_core)} samples per CPU-second\n",
+        "| loader | num_workers | samples/s (median) | range | / limit | samples per CPU-s "
+        "| CPU efficiency | chunks per batch | neighbour correlation |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for row in table.rows:
         spread = f"{_fmt(min(row.rates))}–{_fmt(max(row.rates))}"
         lines.append(
             f"| {row.name} | {row.workers} | {_fmt(row.rate)} | {spread} | "
-            f"{row.rate / table.limit:.2f} | {row.chunks_per_batch:.1f} | "
+            f"{row.rate / table.limit:.2f} | {_fmt(row.cpu_rate)} | "
+            f"{row.cpu_rate / table.limit_per_core:.2f} | {row.chunks_per_batch:.1f} | "
             f"{row.neighbour_corr:.3f} |"
         )
+    lines.append(
+        "\nCPU efficiency = samples per CPU-second (this process and its workers) / the limit's "
+        "samples per CPU-second of one core: 1.0 means no work beyond the limit's own; it does "
+        "not depend on how busy the machine is."
+    )
     return "\n".join(lines)
 
 
@@ -484,13 +531,19 @@ def _best_ours(table: WorkloadTable, workers: int) -> Measured | None:
     return max(found, key=lambda r: r.rate) if found else None
 
 
+def _efficiency(row: Measured | None, table: WorkloadTable) -> str:
+    if row is None or table.limit_per_core != table.limit_per_core:
+        return "—"
+    return f"{row.cpu_rate / table.limit_per_core:.2f}"
+
+
 def format_summary(tables: list[WorkloadTable], rc: tuple[float, float] | None) -> str:
     """The issue's table and its targets, measured."""
     lines = [
         "\n## Summary (the issue's table)\n",
         "| workload | ours, num_workers=0 | ours, num_workers=2 (best of processes / threads) | "
-        "limit in the same run | best peer |",
-        "|---|---:|---:|---|---|",
+        "limit in the same run | best peer | CPU efficiency, ours nw=0 / nw=2 |",
+        "|---|---:|---:|---|---|---|",
     ]
     checks: list[tuple[str, float, float]] = []
     for t in tables:
@@ -504,7 +557,7 @@ def format_summary(tables: list[WorkloadTable], rc: tuple[float, float] | None) 
         lines.append(
             f"| {t.workload.name} | {_fmt(z)}/s ({z / t.limit:.2f} of limit) | "
             f"{_fmt(d)}/s{how} ({d / t.limit:.2f}) | {t.limit_name}: {_fmt(t.limit)}/s | "
-            f"{peer_text} |"
+            f"{peer_text} | {_efficiency(zero, t)} / {_efficiency(two, t)} |"
         )
         name = t.workload.name
         if name in ("W1", "W2", "W3", "W4"):
