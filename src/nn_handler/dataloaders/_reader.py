@@ -122,6 +122,8 @@ class RowReader:
         if out is not None:
             self._output(len(idx), out)
         if self._mapped is not None and idx.size:
+            if out is not None and out.flags.c_contiguous and self._mapped[0] == self.length:
+                return self._gather_mapped_into(idx, out)  # one copy, straight into ``out``
             rows = self._gather_mapped(idx)
             if out is None:
                 return rows
@@ -214,6 +216,19 @@ class RowReader:
         offsets = chunk_offsets[idx // rows_per_chunk] + (idx % rows_per_chunk) * self.row_nbytes
         raw: np.ndarray[Any, Any] = self._mapped_view()[offsets]
         return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
+
+    def _gather_mapped_into(
+        self, idx: IndexArray, out: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        # contiguous data: rows are equally spaced, so the file is a 2-d array of row bytes
+        assert self._mapped is not None
+        raw = self._mapped_view().base
+        assert isinstance(raw, np.ndarray)
+        start = int(self._mapped[1][0])
+        rows = raw[start : start + self.length * self.row_nbytes].reshape(self.length, -1)
+        # mode="clip": indices are checked already, and "raise" makes numpy take into a copy
+        np.take(rows, idx, axis=0, out=out.reshape(len(idx), -1).view(np.uint8), mode="clip")
+        return out
 
     def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
         # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk

@@ -254,7 +254,7 @@ class WindowBlocks:
             flat = arena.reshape(-1, *self.row_shape)
             outside = slots[where] < 0
             if pos is None and not outside.any():
-                np.take(flat, rows, axis=0, out=out)
+                np.take(flat, rows, axis=0, out=out, mode="clip")  # "raise" would copy twice
             else:
                 self._gather_mixed(flat, rows, outside, idx, blocks, extra, out, pos)
         finally:

@@ -23,6 +23,19 @@ from ._tensors import to_tensor
 __all__ = ["read_batch"]
 
 
+def _shared_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
+    """An uninitialised tensor allocated in shared memory (no private copy made first)."""
+    probe = torch.from_numpy(np.empty(0, dtype=dtype))
+    numel = int(np.prod(shape))
+    try:  # what default_collate does in workers: allocate the shared storage directly
+        storage = probe._typed_storage()._new_shared(numel, device=probe.device)  # type: ignore[no-untyped-call]
+        shared: torch.Tensor = probe.new(storage).resize_(*shape)
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - other torch versions
+        shared = probe.new_empty(shape)
+        shared.share_memory_()  # type: ignore[no-untyped-call]
+    return shared
+
+
 def read_batch(reader: RowReader, indices: Any, dtype: np.dtype[Any] | None) -> torch.Tensor:
     """Rows ``indices`` of ``reader`` as one tensor (cast to ``dtype``).
 
@@ -32,9 +45,7 @@ def read_batch(reader: RowReader, indices: Any, dtype: np.dtype[Any] | None) -> 
     if get_worker_info() is None or not final.isnative or final.kind not in "biuf":
         return to_tensor(reader.read(indices), dtype)
     idx = as_index_array(indices, reader.length)
-    probe = torch.from_numpy(np.empty(0, dtype=final))
-    batch: torch.Tensor = probe.new_empty((idx.size, *reader.row_shape))
-    batch.share_memory_()  # type: ignore[no-untyped-call]
+    batch = _shared_empty((idx.size, *reader.row_shape), final)
     out = batch.numpy()
     if final == reader.dtype:
         reader.read(idx, out=out)

@@ -404,7 +404,8 @@ def _select(cache: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = N
         return torch.index_select(cache, 0, idx, **({} if out is None else {"out": out}))
     if out is None:
         out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype)
-    np.take(source, idx.numpy(), axis=0, out=out.numpy())
+    # indices are checked already; mode="raise" would make numpy take into a copy first
+    np.take(source, idx.numpy(), axis=0, out=out.numpy(), mode="clip")
     return out
 
 
