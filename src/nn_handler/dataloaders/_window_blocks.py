@@ -43,6 +43,7 @@ __all__ = ["WindowBlocks", "window_reader"]
 
 _GROUP_BYTES = 64 * 1024**2  # decoded chunks held at once by one batch without a cache
 _FREE, _LOADING, _READY = 0, 1, 2
+_AHEAD = 1 << 40  # recency bonus of chunks decoded ahead of their first read
 
 
 class _Slots:
@@ -57,16 +58,20 @@ class _Slots:
         self.state = np.zeros(capacity, dtype=np.int8)
         self.tick = 0
 
-    def claim(self, ids: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], list[int], list[int]]:
+    def claim(
+        self, ids: np.ndarray[Any, Any], touch: bool = True
+    ) -> tuple[np.ndarray[Any, Any], list[int], list[int]]:
         """Pin a slot for each chunk ``ids``: (slots, chunks to decode now, chunks to await).
 
         A slot of -1 means no slot was free: the caller decodes that chunk outside the window.
+        ``touch=False`` (readahead) leaves the recency of chunks already held as it is.
         """
         self.tick += 1
         slots = self.slot_of[ids].copy()
         held = slots >= 0
         self.pins[slots[held]] += 1
-        self.used[slots[held]] = self.tick
+        if touch:
+            self.used[slots[held]] = self.tick
         awaited = ids[held][self.state[slots[held]] == _LOADING].tolist()
         missing = np.flatnonzero(~held)
         free = np.flatnonzero(self.pins == 0)
@@ -185,8 +190,10 @@ class WindowBlocks:
             arena, state = self._arena()
             if np.count_nonzero(state.pins == 0) < ids.size + ids.size // 2:
                 return  # the window is busy: do not evict what running batches need
-            slots, fresh, _ = state.claim(ids)
+            slots, fresh, _ = state.claim(ids, touch=False)
             state.release(slots[~np.isin(ids, fresh)])  # only chunks being decoded stay pinned
+            # decoded ahead, not read yet: evict these last (a read resets their recency)
+            state.used[slots[np.isin(ids, fresh)]] = state.tick + _AHEAD
         for block in fresh:
             slot = int(state.slot_of[block])
             if submit(self._prefetch_one, (block, slot, arena, state)) is None:
