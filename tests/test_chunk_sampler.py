@@ -240,14 +240,13 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
     sampler = ChunkShuffleSampler(ds, window_chunks=4, seed=3)
     loader = batched_loader(ds, 16, sampler=sampler)
     decoded = []
-    original = ds._x._blocks._run
+    original = ds._x._blocks._decode_task  # the window reader decodes one chunk per task
 
-    def spy(dset, tasks):
-        tasks = list(tasks)
-        decoded.extend(t[0][0] // 8 for t in tasks)
-        return original(dset, iter(tasks))
+    def spy(task):
+        decoded.append(task[0])
+        return original(task)
 
-    ds._x._blocks._run = spy
+    ds._x._blocks._decode_task = spy
     loader.sampler.set_epoch(1)
     ys = torch.cat([y for _, y in loader]).numpy()
     assert sorted(ys.tolist()) == list(range(203))

@@ -8,6 +8,7 @@ import pytest
 
 from nn_handler.dataloaders import H5LazyDataset
 from nn_handler.dataloaders._io.blocks import BlockCache
+from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline
 from nn_handler.dataloaders._io.decode import ChunkCodec
 from nn_handler.dataloaders._io.reader import RowReader
 from nn_handler.dataloaders._io.source import FileOptions, H5Source
@@ -30,7 +31,14 @@ def decodes(monkeypatch):
             calls.append(1)
         return original(self, raw, filter_mask)
 
-    monkeypatch.setattr(ChunkCodec, "decode", counting)
+    def counting_into(self, raw, filter_mask, out):
+        with lock:
+            calls.append(1)
+        return original_into(self, raw, filter_mask, out)
+
+    original_into = ChunkPipeline.decode_into
+    monkeypatch.setattr(ChunkCodec, "decode", counting)  # chunks that split rows
+    monkeypatch.setattr(ChunkPipeline, "decode_into", counting_into)  # the window reader
     return calls
 
 

@@ -265,14 +265,13 @@ def test_chunk_shuffle_epoch_reads_every_row_once_and_each_chunk_once(files):
     assert ds.chunk_cache_nbytes >= 5 * 2 * TINY_CHUNK * 4  # grown for the window
     decoded = []
     reader = ds._files[0].rows.data
-    original = reader._blocks._run
+    original = reader._blocks._decode_task  # the window reader decodes one chunk per task
 
-    def spy(dset, tasks):
-        tasks = list(tasks)
-        decoded.extend(t[0][0] // TINY_CHUNK for t in tasks)
-        return original(dset, iter(tasks))
+    def spy(task):
+        decoded.append(task[0])
+        return original(task)
 
-    reader._blocks._run = spy
+    reader._blocks._decode_task = spy
     seen = list(loader)
     order = np.array(list(ChunkShuffleSampler(ds, window_chunks=3, seed=2)))  # the same order
     np.testing.assert_array_equal(torch.cat(seen).numpy(), expected[order])

@@ -22,6 +22,7 @@ __all__ = [
     "ChunkWindowed",
     "EpochAware",
     "RankSharded",
+    "ReadsAhead",
     "Resumable",
     "VariableBlocks",
     "indexes_batches",
@@ -101,6 +102,23 @@ class ChunkWindowed(Protocol):
     cache_block_rows: int | None
     window_chunks: int
     size_cache: bool
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A dataset that decodes chunks ahead of need, in threads outside the GIL.
+
+    ``plan_window`` tells it the sampler's window (so it keeps about two windows decoded);
+    ``prefetch(indices)`` announces a coming batch (``readahead_rows`` rows ahead are useful);
+    ``reads_release_gil`` says batch reads run outside the GIL, so threads can serve batches.
+    """
+
+    readahead_rows: int
+    reads_release_gil: bool
+
+    def plan_window(self, block_rows: int | None, blocks: int) -> None: ...
+
+    def prefetch(self, indices: Any) -> None: ...
 
 
 @runtime_checkable

@@ -53,7 +53,8 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             of this library has them), or its length as an int together with ``block_size``.
         seed: Base seed, the same on every rank.
         window_chunks: Blocks per shuffle window. Larger mixes better and needs a larger chunk
-            cache. Default: as many as the dataset's chunk cache holds, between 8 and 64.
+            cache. Default: half of what the dataset's chunk cache holds (so the next window
+            can be decoded ahead while this one is served), between 8 and 64.
         block_size: Rows per block (default: the dataset's ``chunk_rows``; 1 when the data is
             not chunked, which makes this a plain full shuffle).
         block_starts: Blocks of varying length instead: the first row of every block, strictly
@@ -347,4 +348,5 @@ def _default_window(dataset: Any, block: int | None) -> int:
     if per_block == 0:  # no chunk cache involved (contiguous or memory-mapped reads)
         return MAX_WINDOW_CHUNKS
     budget = dataset.chunk_cache_nbytes
-    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, budget // per_block - 2))
+    # half of what the cache holds: the reader decodes the next window while this one is served
+    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, (budget // per_block - 2) // 2))

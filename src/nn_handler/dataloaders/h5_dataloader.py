@@ -23,6 +23,7 @@ from ._io.field_reader import Reader, open_reader
 from ._io.h5types import as_str_array
 from ._io.indices import is_scalar_index
 from ._io.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from ._io.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
@@ -184,6 +185,16 @@ class H5LazyDataset(Dataset[Sample]):
         return self._source.is_open
 
     @property
+    def reads_release_gil(self) -> bool:
+        """True when batches are read outside the GIL.
+
+        Every key is memory-mapped or decoded by our codecs, and there are no transforms:
+        ``batched_loader(worker_mode="auto")`` then serves batches from threads.
+        """
+        no_transforms = self.transform is None and self.target_transform is None
+        return no_transforms and all(r.releases_gil for r in self._readers())
+
+    @property
     def chunk_cache_nbytes(self) -> int:
         """Chunk-cache budget per key, in bytes (``rdcc_nbytes``)."""
         return self._source.options.rdcc_nbytes
@@ -226,6 +237,30 @@ class H5LazyDataset(Dataset[Sample]):
         """
         rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
         return max(reader.window_cache_nbytes(rows, blocks) for reader in self._readers())
+
+    def plan_window(self, block_rows: int | None, blocks: int) -> None:
+        """Size each key's decoded-chunk window for ``blocks`` row blocks read at a time.
+
+        ``batched_loader`` calls this with a chunk sampler's shuffle window, so a process keeps
+        about two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
+        """
+        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
+        for reader in self._readers():
+            reader.plan_window(rows, blocks)
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows ``batched_loader`` announces ahead of reading them (see ``prefetch``)."""
+        return max(reader.readahead_rows for reader in self._readers())
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
+
+        ``batched_loader`` calls this a window ahead when batches are read in this process
+        (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
+        """
+        for reader in self._readers():
+            reader.prefetch(indices)
 
     def _readers(self) -> list[Reader]:
         return [self._x] if self._y is None else [self._x, self._y]
@@ -275,6 +310,9 @@ class H5LazyDataset(Dataset[Sample]):
     def _stack(
         reader: Reader, column: Column, indices: Any, fn: Callable[[Any], Any] | None
     ) -> Any:
+        if fn is None and column.kind.kind == "numeric":
+            # numbers: read (and cast) in place, in shared memory inside worker processes
+            return read_batch(reader, indices, column.cast)
         rows = reader.read(indices)
         if fn is None:
             return column.batch(rows)

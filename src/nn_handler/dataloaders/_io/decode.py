@@ -37,9 +37,18 @@ def _optional(name: str) -> Any:
 # optional: libdeflate inflates ~2.5x faster than zlib, and releases the GIL as zlib does
 _libdeflate: Any = _optional("deflate")
 
-__all__ = ["ChunkCodec", "ChunkDecodeError", "codec_for", "fletcher32", "inflate", "unshuffle"]
+__all__ = [
+    "DEFLATE",
+    "ChunkCodec",
+    "ChunkDecodeError",
+    "codec_for",
+    "fletcher32",
+    "inflate",
+    "inflate_head",
+    "unshuffle",
+]
 
-_DEFLATE = int(h5py.h5z.FILTER_DEFLATE)
+DEFLATE = _DEFLATE = int(h5py.h5z.FILTER_DEFLATE)
 _SHUFFLE = int(h5py.h5z.FILTER_SHUFFLE)
 _FLETCHER32 = int(h5py.h5z.FILTER_FLETCHER32)
 _SUPPORTED = {_DEFLATE, _SHUFFLE, _FLETCHER32}
@@ -109,13 +118,22 @@ class ChunkCodec:
         """
         if filter_mask or tuple(code for code, _ in self.filters) != (_DEFLATE,):
             return None
-        try:
-            head = zlib.decompressobj().decompress(raw, nbytes)
-        except zlib.error as exc:
-            raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
-        if len(head) != nbytes:
-            raise ChunkDecodeError(f"chunk decoded to {len(head)} bytes, expected {nbytes}")
-        return np.frombuffer(head, dtype=np.uint8)
+        return inflate_head(raw, nbytes)
+
+
+def inflate_head(raw: Any, nbytes: int) -> np.ndarray[Any, Any]:
+    """The first ``nbytes`` bytes (uint8) a zlib stream inflates to, inflating only that far.
+
+    Raises:
+        ChunkDecodeError: the stream is corrupt or inflates to fewer than ``nbytes`` bytes.
+    """
+    try:
+        head = zlib.decompressobj().decompress(raw, nbytes)
+    except zlib.error as exc:
+        raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
+    if len(head) != nbytes:
+        raise ChunkDecodeError(f"chunk decoded to {len(head)} bytes, expected {nbytes}")
+    return np.frombuffer(head, dtype=np.uint8)
 
 
 def _undo(

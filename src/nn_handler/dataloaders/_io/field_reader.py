@@ -91,6 +91,24 @@ class FieldReader:
         """Chunk-cache bytes that keep ``blocks`` row blocks decoded (whole records are cached)."""
         return self._records.window_cache_nbytes(block_rows, blocks)
 
+    def plan_window(self, block_rows: int, blocks: int) -> None:
+        """Size the decoded-chunk window of the records (see ``RowReader.plan_window``)."""
+        self._records.plan_window(block_rows, blocks)
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows worth announcing ahead of reads (see ``RowReader.readahead_rows``)."""
+        return self._records.readahead_rows
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding the records rows ``indices`` need (see ``RowReader.prefetch``)."""
+        self._records.prefetch(indices)
+
+    @property
+    def releases_gil(self) -> bool:
+        """True when the records are read outside the GIL (see ``RowReader.releases_gil``)."""
+        return self._records.releases_gil
+
     def _extract(
         self, records: np.ndarray[Any, Any], out: np.ndarray[Any, Any] | None
     ) -> np.ndarray[Any, Any]:

@@ -30,7 +30,9 @@ from .blocks import ChunkBlocks
 from .decode import codec_for
 from .indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from .process import PerProcess
+from .raw_chunks import chunk_address_base
 from .source import H5Source
+from .window_blocks import WindowBlocks, window_reader
 
 __all__ = ["RowReader"]
 
@@ -82,6 +84,25 @@ class RowReader:
         return "decode" if self._blocks.codec is not None else "chunks"
 
     @property
+    def readahead_rows(self) -> int:
+        """Rows worth announcing ahead of reads (``prefetch``): a planned window, else 0."""
+        return self._blocks.readahead_rows if isinstance(self._blocks, WindowBlocks) else 0
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding the chunks rows ``indices`` need, in the background (or do nothing)."""
+        if isinstance(self._blocks, WindowBlocks):
+            self._blocks.prefetch(as_index_array(indices, self.length))
+
+    @property
+    def releases_gil(self) -> bool:
+        """True when batch reads run outside the GIL and h5py's lock.
+
+        Memory-map gathers, and chunks read by ``pread`` and decoded in the pool: threads then
+        read in parallel.
+        """
+        return self._mapped is not None or isinstance(self._blocks, WindowBlocks)
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the whole dataset once decoded."""
         return self.row_nbytes * self.length
@@ -101,6 +122,8 @@ class RowReader:
         if out is not None:
             self._output(len(idx), out)
         if self._mapped is not None and idx.size:
+            if out is not None and out.flags.c_contiguous and self._mapped[0] == self.length:
+                return self._gather_mapped_into(idx, out)  # one copy, straight into ``out``
             rows = self._gather_mapped(idx)
             if out is None:
                 return rows
@@ -165,9 +188,15 @@ class RowReader:
         bad = [c for c in chunks if not 0 <= c < count]
         if bad:
             raise IndexError(f"chunk {bad[0]} is out of range for {count} chunks of {self.key!r}")
-        if self._blocks is not None:
+        if isinstance(self._blocks, ChunkBlocks):
             return self._blocks.blocks(self._dataset(), list(chunks))
-        return [self.read_range(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
+        bounds = [(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
+        if isinstance(self._blocks, WindowBlocks) and bounds:
+            # one batch read: the window decodes each chunk once, in parallel, and keeps it
+            whole = self.read(np.concatenate([np.arange(lo, hi) for lo, hi in bounds]))
+            cuts = np.cumsum([hi - lo for lo, hi in bounds])[:-1]
+            return list(np.split(whole, cuts))
+        return [self.read_range(lo, hi) for lo, hi in bounds]
 
     def read_chunk_head(self, chunk: int, rows: int) -> np.ndarray[Any, Any]:
         """Return the first ``rows`` rows of chunk ``chunk`` (see ``read_chunks``; read-only).
@@ -193,6 +222,12 @@ class RowReader:
         """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
         if self._blocks is not None:
             self._blocks.cache.clear()
+
+    def plan_window(self, block_rows: int, blocks: int) -> None:
+        """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
+        if isinstance(self._blocks, WindowBlocks):
+            chunks = self.window_cache_nbytes(block_rows, blocks) // self._blocks.block_nbytes
+            self._blocks.plan_window(max(1, chunks))
 
     def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
         """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
@@ -229,6 +264,19 @@ class RowReader:
         offsets = chunk_offsets[idx // rows_per_chunk] + (idx % rows_per_chunk) * self.row_nbytes
         raw: np.ndarray[Any, Any] = self._mapped_view()[offsets]
         return raw.view(self.dtype).reshape(len(idx), *self.row_shape)
+
+    def _gather_mapped_into(
+        self, idx: IndexArray, out: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        # contiguous data: rows are equally spaced, so the file is a 2-d array of row bytes
+        assert self._mapped is not None
+        raw = self._mapped_view().base
+        assert isinstance(raw, np.ndarray)
+        start = int(self._mapped[1][0])
+        rows = raw[start : start + self.length * self.row_nbytes].reshape(self.length, -1)
+        # mode="clip": indices are checked already, and "raise" makes numpy take into a copy
+        np.take(rows, idx, axis=0, out=out.reshape(len(idx), -1).view(np.uint8), mode="clip")
+        return out
 
     def _copy_mapped_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
         # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
@@ -303,10 +351,13 @@ class RowReader:
         )
 
 
-def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | None:
+def _block_reader(dset: h5py.Dataset, source: H5Source) -> ChunkBlocks | WindowBlocks | None:
     """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
     if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
         return None
+    window = window_reader(dset, source)  # raw chunks by pread, one gather per batch
+    if window is not None:
+        return window
     if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
         return None
     chunks = tuple(int(c) for c in dset.chunks)
@@ -373,15 +424,3 @@ def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] 
     if np.any(table == _UNALLOCATED):
         return None  # unwritten chunks read as the fill value: leave them to HDF5
     return rows_per_chunk, table
-
-
-def chunk_address_base(dset: h5py.Dataset) -> int:
-    """What to add to the chunk addresses HDF5 reports to get file offsets.
-
-    HDF5 before 1.14.4 reported chunk addresses (``get_chunk_info``, ``chunk_iter``) relative
-    to the end of the user block (HDFGroup/hdf5#3003, fixed by #4236); contiguous offsets
-    (``get_offset``) always included it.
-    """
-    if h5py.version.hdf5_version_tuple >= (1, 14, 4):
-        return 0
-    return int(dset.file.userblock_size)

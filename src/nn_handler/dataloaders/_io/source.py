@@ -172,7 +172,7 @@ class H5Source:
     def _open_uncached(self, key: str, arg: str) -> h5py.Dataset:
         self.dataset(key, arg=arg)  # the checks and error messages of a plain lookup
         opened = self._opened()
-        opened.datasets.pop(key)
+        opened.datasets.pop(key, None)  # another thread may have popped it already
         dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
         dapl.set_chunk_cache(self.options.rdcc_nslots, 0, self.options.rdcc_w0)
         dset = h5py.Dataset(h5py.h5d.open(opened.file.id, key.encode(), dapl))

@@ -23,7 +23,7 @@ from torch.utils.data import get_worker_info
 from ..._validate import check_positive_int
 from .process import PerProcess
 
-__all__ = ["decode_threads", "run_parallel", "set_decode_threads"]
+__all__ = ["decode_threads", "run_parallel", "set_decode_threads", "submit"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -109,6 +109,16 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         wait(pending)
         raise
     return results
+
+
+def submit(fn: Callable[[T], R], item: T) -> Future[R] | None:
+    """Start ``fn(item)`` in the decode pool and return its future.
+
+    None when there is no pool (one decode thread): work started ahead of need (readahead) is
+    then simply not started.
+    """
+    pool = _executor()
+    return None if pool is None else pool.executor.submit(fn, item)
 
 
 def _executor() -> _Pool | None:
