@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import h5py
@@ -23,7 +24,7 @@ import numpy as np
 
 from .process import PerProcess
 
-__all__ = ["ChunkTable", "ChunkTableError", "chunk_address_base"]
+__all__ = ["ChunkTable", "ChunkTableError", "chunk_address_base", "visit_chunks"]
 
 _UNALLOCATED = -1
 
@@ -72,19 +73,14 @@ class ChunkTable:
         offsets = np.full(count, _UNALLOCATED, dtype=np.int64)
         sizes = np.zeros(count, dtype=np.int64)
         masks = np.zeros(count, dtype=np.int64)
-        base = chunk_address_base(dset)
 
-        def record(info: Any) -> None:
+        def record(info: Any, address: int) -> None:
             block = info.chunk_offset[0] // rows
-            if block < count and info.byte_offset is not None:
-                offsets[block], sizes[block] = base + info.byte_offset, info.size
+            if block < count:
+                offsets[block], sizes[block] = address, info.size
                 masks[block] = info.filter_mask
 
-        if hasattr(dset.id, "chunk_iter"):
-            dset.id.chunk_iter(record)
-        else:  # h5py built against HDF5 < 1.12.3
-            for i in range(dset.id.get_num_chunks()):
-                record(dset.id.get_chunk_info(i))
+        visit_chunks(dset, record)
         if np.any(offsets == _UNALLOCATED):
             return None  # unwritten chunks read as the fill value: leave them to HDF5
         stat = os.stat(path)
@@ -168,6 +164,25 @@ class _Descriptor:
 
     def __del__(self) -> None:
         self.close()
+
+
+def visit_chunks(dset: h5py.Dataset, visit: Callable[[Any, int], None]) -> None:
+    """Call ``visit(info, address)`` for every written chunk of ``dset``.
+
+    ``info`` is h5py's ``StoreInfo`` (``chunk_offset``, ``filter_mask``, ``size``); ``address``
+    is the chunk's byte offset in the file, user block included (``chunk_address_base``).
+    """
+    base = chunk_address_base(dset)
+
+    def record(info: Any) -> None:
+        if info.byte_offset is not None:
+            visit(info, base + int(info.byte_offset))
+
+    if hasattr(dset.id, "chunk_iter"):
+        dset.id.chunk_iter(record)
+    else:  # h5py built against HDF5 < 1.12.3
+        for i in range(dset.id.get_num_chunks()):
+            record(dset.id.get_chunk_info(i))
 
 
 def chunk_address_base(dset: h5py.Dataset) -> int:

@@ -30,7 +30,7 @@ from .blocks import ChunkBlocks
 from .decode import codec_for
 from .indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from .process import PerProcess
-from .raw_chunks import chunk_address_base
+from .raw_chunks import visit_chunks
 from .source import H5Source
 from .window_blocks import WindowBlocks, window_reader
 
@@ -410,17 +410,12 @@ def _chunk_table(dset: h5py.Dataset, row_nbytes: int) -> tuple[int, IndexArray] 
     count = -(-dset.shape[0] // rows_per_chunk)
     table = np.full(count, _UNALLOCATED, dtype=np.int64)
     chunk_bytes = rows_per_chunk * row_nbytes
-    base = chunk_address_base(dset)
 
-    def record(info: Any) -> None:
+    def record(info: Any, address: int) -> None:
         if info.size == chunk_bytes and info.filter_mask == 0:
-            table[info.chunk_offset[0] // rows_per_chunk] = base + info.byte_offset
+            table[info.chunk_offset[0] // rows_per_chunk] = address
 
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(record)
-    else:  # h5py built against HDF5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            record(dset.id.get_chunk_info(i))
+    visit_chunks(dset, record)
     if np.any(table == _UNALLOCATED):
         return None  # unwritten chunks read as the fill value: leave them to HDF5
     return rows_per_chunk, table
