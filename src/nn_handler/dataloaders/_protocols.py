@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from torch.utils.data import BatchSampler, DistributedSampler
+
 from ..distributed import World
 
 __all__ = [
@@ -24,10 +26,12 @@ __all__ = [
     "RankSharded",
     "ReadsAhead",
     "Resumable",
+    "SplitsRanks",
     "VariableBlocks",
     "indexes_batches",
     "is_rank_sharded",
     "set_epoch_once",
+    "splits_across_ranks",
 ]
 
 STATE_SEED = "seed"
@@ -51,7 +55,8 @@ class BatchIndexable(Protocol):
 class RankSharded(Protocol):
     """A dataset that holds only this rank's shard (e.g. ``RankMemCachedH5Dataset``).
 
-    ``len()`` is the local shard; ``make_sampler`` gives every rank the same number of steps.
+    ``len()`` is what this rank iterates per epoch (``RankMemCachedH5Dataset``: the same on every
+    rank); ``make_sampler`` gives every rank the same number of steps.
     """
 
     is_rank_sharded: bool
@@ -122,6 +127,17 @@ class ReadsAhead(Protocol):
 
 
 @runtime_checkable
+class SplitsRanks(Protocol):
+    """A sampler that says whether it gives each rank its own part of its indices.
+
+    True for ``DistributedEpochSampler`` / ``ChunkShuffleSampler`` on several ranks, False for
+    ``EpochShuffleSampler`` (it serves a dataset that is already this rank's shard).
+    """
+
+    shards_indices: bool
+
+
+@runtime_checkable
 class EpochAware(Protocol):
     """Anything whose order or content depends on the epoch (samplers, some datasets)."""
 
@@ -159,4 +175,20 @@ def set_epoch_once(candidates: Iterable[object], epoch: int) -> bool:
         if isinstance(candidate, EpochAware):
             candidate.set_epoch(epoch)
             return True
+    return False
+
+
+def splits_across_ranks(sampler: object) -> bool:
+    """True when ``sampler`` gives each rank its own part of its index range.
+
+    This library's samplers say so (``SplitsRanks``); a ``BatchSampler`` splits when its sampler
+    does; any other ``DistributedSampler`` (torch's, Lightning's wrapper) when it has more than
+    one replica.
+    """
+    if isinstance(sampler, SplitsRanks):
+        return sampler.shards_indices is True
+    if isinstance(sampler, BatchSampler):
+        return splits_across_ranks(sampler.sampler)
+    if isinstance(sampler, DistributedSampler):
+        return int(sampler.num_replicas) > 1
     return False

@@ -17,7 +17,9 @@ Distributed: every rank builds the same block order and takes one contiguous par
 rank reads its own chunks, with at most two shared at the borders); parts have equal lengths
 (``even="pad"`` repeats a few samples, ``"drop"`` leaves a few out), then each rank shuffles its
 part within windows with its own generator. The order is a pure function of
-``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``.
+``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. Under accelerate's
+``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
+for one process and accelerate deals its batches out (see ``samplers``).
 
 Blocks of different lengths: a dataset whose chunks do not map to a fixed number of rows (sparse
 rows: a chunk of the 1-d ``data`` array holds a varying number of rows) passes ``block_starts``,
@@ -167,11 +169,12 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         if self.block_starts is not None:
             return self._order_of_starts(self.block_starts, blocks)
         assert self.block_size is not None
+        rank, per_rank = self._layout()[0], self._per_rank  # (0, all) while accelerate splits
         whole = _fit_length(block_order(self.data_len, self.block_size, blocks), self.total_size)
-        mine = whole[self.rank * self._per_rank : (self.rank + 1) * self._per_rank]
+        mine = whole[rank * per_rank : (rank + 1) * per_rank]
         if self.shuffle:
             window = self.window_chunks * self.block_size
-            mine = window_shuffle(mine, window, self._rng(1 + self.rank))
+            mine = window_shuffle(mine, window, self._rng(1 + rank))
         if self.num_workers > 1 and self.batch_size is not None:
             mine = deal_batches(mine, self.batch_size, self.num_workers)
         return mine
@@ -180,16 +183,17 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         self, starts: npt.NDArray[np.int64], blocks: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]:
         lengths = np.diff(np.append(starts, self.data_len))
-        whole = _fit_length(starts_order(starts, lengths, blocks), self.total_size)
-        lo, hi = self.rank * self._per_rank, (self.rank + 1) * self._per_rank
+        rank, per_rank, total = self._layout()[0], self._per_rank, self.total_size
+        whole = _fit_length(starts_order(starts, lengths, blocks), total)
+        lo, hi = rank * per_rank, (rank + 1) * per_rank
         mine = whole[lo:hi]
         if self.shuffle:
             ends = np.cumsum(lengths[blocks])  # block ends in the (cyclically padded) order
-            cycles = -(-self.total_size // max(1, self.data_len))
+            cycles = -(-total // max(1, self.data_len))
             ends = (ends + self.data_len * np.arange(cycles)[:, None]).ravel()
             inside = ends[(ends > lo) & (ends < hi)] - lo  # block borders within this part
             mine = window_shuffle_at(
-                mine, inside[self.window_chunks - 1 :: self.window_chunks], self._rng(1 + self.rank)
+                mine, inside[self.window_chunks - 1 :: self.window_chunks], self._rng(1 + rank)
             )
         if self.num_workers > 1 and self.batch_size is not None:
             mine = deal_batches(mine, self.batch_size, self.num_workers)
