@@ -65,7 +65,8 @@ def test_readahead_keeps_consumed_exact_in_one_process(make_h5):
     ds = H5LazyDataset(path, "x", "y")
     sampler = ChunkShuffleSampler(ds, window_chunks=4)
     loader = batched_loader(ds, 8, sampler=sampler)
-    assert loader.sampler._ahead == 4  # a window of 4 chunks of 8 rows, in batches of 8
+    assert loader.sampler.ahead == 4  # a window of 4 chunks of 8 rows, in batches of 8
+    assert loader.sampler.sampler is sampler  # a ReadaheadSampler around it
     it = iter(loader)
     for _ in range(3):
         next(it)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from nn_handler.dataloaders import (
+    BatchedDataset,
     DistributedEpochSampler,
-    EpochBatchSampler,
     create_optimized_dataloader,
     epoch_permutation,
 )
@@ -89,8 +89,8 @@ def test_two_epochs_give_different_orders_and_drop_last(files):
     assert first != second and sorted(_flat(first)) != _flat(first)
     assert all(len(b) == 5 for b in first) and len(first) == len(loader) == 24 // 5
     assert _epoch(loader, 0) == first  # an epoch's order is a pure function of (seed, epoch)
-    assert isinstance(loader.sampler, EpochBatchSampler)
-    inner = loader.sampler.sampler
+    assert isinstance(loader.dataset, BatchedDataset)  # batched_loader: one read per batch
+    inner = loader.sampler
     assert isinstance(inner, DistributedEpochSampler)
     assert (inner.rank, inner.world_size, inner.seed) == (1, 2, SEED)
 
@@ -116,7 +116,7 @@ def test_batches_hold_the_stored_fields(files):
 def test_rank_and_world_size_are_detected(files, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
-    inner = _make(files, None, None).sampler.sampler
+    inner = _make(files, None, None).sampler
     assert (inner.rank, inner.world_size) == (1, 3)
 
 

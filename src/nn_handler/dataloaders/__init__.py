@@ -16,17 +16,19 @@ from ._protocols import (
     RankSharded,
     ReadsAhead,
     Resumable,
+    SplitsRanks,
     VariableBlocks,
     indexes_batches,
     is_rank_sharded,
     set_epoch_once,
+    splits_across_ranks,
 )
 from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
 from .h5_sparse_dataset import H5SparseDataset
-from .loader import EpochBatchSampler, batched_loader, fit_chunk_cache
+from .loader import BatchedDataset, EpochBatchSampler, batched_loader, fit_chunk_cache
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
@@ -41,6 +43,7 @@ from .transforms import decode_image
 
 __all__ = [
     "BatchIndexable",
+    "BatchedDataset",
     "ChunkAware",
     "ChunkShuffleSampler",
     "ChunkWindowed",
@@ -61,6 +64,7 @@ __all__ = [
     "STATE_EPOCH",
     "STATE_SEED",
     "ShardSampler",
+    "SplitsRanks",
     "VariableBlocks",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
@@ -76,4 +80,5 @@ __all__ = [
     "pad_collate",
     "set_decode_threads",
     "set_epoch_once",
+    "splits_across_ranks",
 ]
