@@ -132,20 +132,6 @@ NOT_CODE = {
     ("combined_hdf5_dataset_readme.md", 0): "a pip command in a Python fence",
 }
 
-UNEVEN_STEPS = (
-    "the handler warns on rank 0 'ranks have between 16 and 17 train batches per epoch; every "
-    "rank runs 16 (DDP needs equal steps), so up to 1 batch(es) per rank are skipped each "
-    "epoch': EpochShuffleSampler(data_len=len(dataset)) iterates the raw shards of 513 and 512 "
-    "rows (issue 12: equal len() per rank, or an error on every rank)"
-)
-SEED_DDP_HANGS = (
-    "rank 0 has 513 rows (17 batches of 32), rank 1 512 (16): EpochShuffleSampler(data_len="
-    "len(dataset)) iterates the raw, uneven shards, so rank 0's 17th backward has no partner "
-    "and fails with 'RuntimeError: [gloo/transport/tcp/pair.cc] Connection closed by peer' "
-    "once rank 1 has exited; in a real job rank 1 lives on and the all-reduce waits forever "
-    "(issue 12: the seed's DDP snippet must never hang)"
-)
-
 RUNS = [
     # dataloaders_overview.md -----------------------------------------------------------------
     Run("dataloaders_overview.md", 0, prelude=IMAGE_MODEL),
@@ -164,8 +150,6 @@ RUNS = [
         prelude=IMAGE_MODEL + "num_epochs = 1\n",
         epilogue=TRAIN + "handler.close()\n",
         ranks=2,
-        xfail=UNEVEN_STEPS,
-        match="ranks have between 16 and 17 train batches per epoch",
     ),
     # h5_dataloader.md --------------------------------------------------------------------------
     Run("h5_dataloader.md", 2, prelude="import numpy as np\n", slow=True),
@@ -193,8 +177,6 @@ RUNS = [
         ranks=2,
         cuda=True,
         cpu=True,
-        xfail=SEED_DDP_HANGS,
-        match="Connection closed by peer|Timed out waiting",
     ),
     Run(
         "rank_cached_h5_dataloader.md",

@@ -143,22 +143,25 @@ def test_samples_and_batches(path):
     ds = build(path, "x", "y", mode="interleave", rank=1, world_size=3, dtype_x=None)
     rows = _interleaved_indices(N, 3, 1)
     file_x = h5_rows(path, "x")
-    assert len(ds) == len(rows) == 12
+    assert ds.shard_size == len(rows) == 12
+    assert len(ds) == 13  # padded to the 13 of ranks 0 and 2: position 12 repeats row 0
     x, y = ds[0]
     np.testing.assert_array_equal(x.numpy(), file_x[1])
     assert y.item() == 3
-    assert ds[-1][1].item() == rows[-1] * 3
+    assert ds[11][1].item() == rows[-1] * 3
+    assert ds[12][1].item() == ds[-1][1].item() == rows[0] * 3
     assert ds[np.int64(2)][1].item() == rows[2] * 3 and ds[torch.tensor(2)][1].item() == rows[2] * 3
-    idx = [3, 0, 3, 11, -1]
+    idx = [3, 0, 3, 11, -2]  # -2: position 11 of the 13
+    want = rows[[3, 0, 3, 11, 11]]
     xb, yb = ds[idx]
-    np.testing.assert_array_equal(xb.numpy(), file_x[rows[idx]])
-    np.testing.assert_array_equal(yb.numpy(), rows[idx] * 3)
+    np.testing.assert_array_equal(xb.numpy(), file_x[want])
+    np.testing.assert_array_equal(yb.numpy(), want * 3)
     for key in (np.array(idx), torch.tensor(idx)):
         np.testing.assert_array_equal(ds[key][1].numpy(), yb.numpy())
     np.testing.assert_array_equal(ds[1:7:2][1].numpy(), rows[1:7:2] * 3)
     samples = ds.__getitems__(idx)
     assert len(samples) == 5
-    for (xs, ys), r in zip(samples, rows[idx], strict=True):
+    for (xs, ys), r in zip(samples, want, strict=True):
         np.testing.assert_array_equal(xs.numpy(), file_x[r])
         assert ys.item() == r * 3
     assert ds[[]][0].shape == (0, 3, 4)
@@ -224,10 +227,11 @@ def test_equal_steps(make_h5, total, world, mode):
             ds = build(path, "x", "y", mode=mode, rank=rank, world_size=world, equal_steps=policy)
             sampler = ds.make_sampler(seed=1)
             order = list(sampler)
-            assert len(order) == len(sampler) == ds.samples_per_rank
-            assert set(order) <= set(range(len(ds)))
-            assert ds.num_padded == sampler.num_padded == max(0, ds.samples_per_rank - len(ds))
-            assert ds.num_dropped == sampler.num_dropped == max(0, len(ds) - ds.samples_per_rank)
+            assert len(order) == len(sampler) == ds.samples_per_rank == len(ds)
+            assert set(order) <= set(range(ds.shard_size))
+            size = ds.shard_size
+            assert ds.num_padded == sampler.num_padded == max(0, ds.samples_per_rank - size)
+            assert ds.num_dropped == sampler.num_dropped == max(0, size - ds.samples_per_rank)
             counts.append(len(order))
             seen.extend(ds.y[order].tolist())
         if policy is None:
@@ -267,7 +271,7 @@ def test_make_sampler_contract(path):
     assert list(s) == [*range(12), 0]  # pads with its own samples
     assert ds.num_padded == 1 and ds.num_dropped == 0
     drop = build(path, "x", rank=0, world_size=3, equal_steps="drop")
-    assert (len(drop), drop.samples_per_rank, drop.num_dropped) == (13, 12, 1)
+    assert (drop.shard_size, len(drop), drop.samples_per_rank, drop.num_dropped) == (13, 12, 12, 1)
 
 
 def test_world_detection(path, monkeypatch):
@@ -382,7 +386,7 @@ def test_repr_close_and_pickle(path):
         "mode='interleave'",
         "rank=1/2",
         "rows 1::2",
-        "len=18",
+        "shard_size=18, len=19",
         "equal_steps='pad' (19/rank)",
         "1008 B",
         "not shared",
@@ -391,7 +395,7 @@ def test_repr_close_and_pickle(path):
         assert part in text, part
     assert ds[0][1].item() == 3  # close() is harmless: all in RAM
     clone = pickle.loads(pickle.dumps(ds))  # a lambda log_fn does not travel
-    assert torch.equal(clone.x, ds.x) and clone.world == ds.world and len(clone) == 18
+    assert torch.equal(clone.x, ds.x) and clone.world == ds.world and clone.shard_size == 18
     assert "rows 0:19" in repr(build(path, "x", rank=0, world_size=2))
 
 
