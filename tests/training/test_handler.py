@@ -148,7 +148,7 @@ def test_default_sampler_reshuffles_every_epoch_and_covers_all(blobs_path):
     recorder = Recorder()
     handler = _handler(batch_fn=recorder)
     handler.set_train_loader(H5LazyDataset(blobs_path, "x", "y"), batch_size=16)
-    assert isinstance(handler.train_loader.sampler.sampler, EpochShuffleSampler)
+    assert isinstance(handler.train_loader.sampler, EpochShuffleSampler)
     handler.train(3)
     epochs = [recorder.seen[i * 240 : (i + 1) * 240] for i in range(3)]
     assert all(sorted(e) == list(range(240)) for e in epochs)

@@ -122,7 +122,7 @@ def _sharded_rank(n, own_sampler):
         warnings.simplefilter("always")
         history = handler.train(2)
     return {
-        "sampler": repr(handler.train_loader.sampler.sampler),
+        "sampler": repr(handler.train_loader.sampler),
         "seen": recorder.seen,
         "steps": handler.global_step,
         "warnings": [str(w.message) for w in caught],

@@ -25,8 +25,8 @@ from nn_handler._training.loaders import (
     warn_if_not_sharded,
 )
 from nn_handler.dataloaders import (
+    BatchedDataset,
     DistributedEpochSampler,
-    EpochBatchSampler,
     EpochShuffleSampler,
     H5LazyDataset,
 )
@@ -90,8 +90,8 @@ def test_batch_indexing_datasets_get_one_read_per_batch(lazy):
     loader = build_loader(
         lazy, {"batch_size": 5, "shuffle": False}, role="train", world=ONE, seed=0
     )
-    assert isinstance(loader.sampler, EpochBatchSampler)
-    assert loader.batch_size is None
+    assert isinstance(loader.dataset, BatchedDataset) and loader.dataset.dataset is lazy
+    assert loader.batch_size == 5  # a plain DataLoader over the batch view
     assert _indices(loader) == list(range(21))
     assert len(loader) == 5
     collated = build_loader(
@@ -108,14 +108,14 @@ def test_batch_indexing_datasets_get_one_read_per_batch(lazy):
 
 def test_shuffle_defaults_differ_by_role_and_user_samplers_win(lazy):
     train = build_loader(lazy, {"batch_size": 4}, role="train", world=ONE, seed=0)
-    assert train.sampler.sampler.shuffle
+    assert train.sampler.shuffle
     val = build_loader(lazy, {"batch_size": 4}, role="val", world=ONE, seed=0)
-    assert not val.sampler.sampler.shuffle
+    assert not val.sampler.shuffle
     mine = SequentialSampler(lazy)
     given_sampler = build_loader(
         lazy, {"sampler": mine, "batch_size": 4}, role="train", world=TWO, seed=0
     )
-    assert given_sampler.sampler.sampler is mine
+    assert given_sampler.sampler is mine
     batches = BatchSampler(mine, 4, False)
     given_batches = build_loader(lazy, {"batch_sampler": batches}, role="train", world=TWO, seed=0)
     assert given_batches.batch_sampler is batches
@@ -189,10 +189,14 @@ def test_loaders_that_give_every_rank_everything_warn(lazy):
     message = "uses a {}, so each of the 2 ranks trains on the whole dataset"
     with pytest.warns(UserWarning, match=message.format("RandomSampler")):
         warn_if_not_sharded(DataLoader(lazy, shuffle=True), TWO)
-    with pytest.warns(UserWarning, match=message.format("EpochShuffleSampler")):
-        warn_if_not_sharded(DataLoader(lazy, sampler=EpochShuffleSampler(21)), TWO)
+    epoch_shuffle = DataLoader(lazy, sampler=EpochShuffleSampler(21))
+    # the sampler says it itself (once), naming the fix
+    whole = r"EpochShuffleSampler\(data_len=21\) runs as rank 1 of 2 .* DistributedEpochSampler"
+    with pytest.warns(UserWarning, match=whole):
+        warn_if_not_sharded(epoch_shuffle, TWO)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warn_if_not_sharded(epoch_shuffle, TWO)  # once per sampler
         warn_if_not_sharded(DataLoader(lazy, shuffle=True), ONE)
         sharded = DistributedEpochSampler(21, rank=1, world_size=2)
         warn_if_not_sharded(DataLoader(lazy, sampler=sharded), TWO)

@@ -22,7 +22,7 @@ def test_learns_through_rank_cached_dataset(tmp_path):
     torch.manual_seed(0)
     handler = NNHandler(TinyNet, batch_fn=strip_index, progress=False, log_fn=None)
     loader = handler.set_train_loader(dataset, batch_size=32, num_workers=2)
-    assert loader.sampler.sampler.num_samples == 1200  # the dataset's own make_sampler()
+    assert loader.sampler.num_samples == 1200  # the dataset's own make_sampler()
     handler.set_val_loader(H5LazyDataset(val, "x", "y"), batch_size=100)
     handler.set_optimizer(torch.optim.Adam, lr=1e-2)
     handler.set_loss_fn(nn.CrossEntropyLoss())

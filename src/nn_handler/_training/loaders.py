@@ -35,6 +35,7 @@ from torch.utils.data import (
 from .._validate import format_names
 from ..dataloaders import (
     STATE_CONSUMED,
+    BatchedDataset,
     DistributedEpochSampler,
     EpochShuffleSampler,
     Resumable,
@@ -43,6 +44,7 @@ from ..dataloaders import (
     indexes_batches,
     is_rank_sharded,
     set_epoch_once,
+    splits_across_ranks,
 )
 from ..distributed import World
 
@@ -76,6 +78,7 @@ def build_loader(
         )
     options = dict(kwargs)
     shuffle = options.pop("shuffle", None)
+    check_not_resharded(data, options.get("sampler"), options.get("batch_sampler"))
     if _needs_sampler(data, options):
         chosen = (role == "train") if shuffle is None else shuffle
         options["sampler"] = choose_sampler(data, chosen, role=role, world=world, seed=seed)
@@ -98,7 +101,8 @@ def choose_sampler(dataset: Any, shuffle: bool, *, role: Role, world: World, see
         _check_same_world(dataset, world)
         if role == "train":
             return dataset.make_sampler(seed=seed, shuffle=shuffle)
-        return EpochShuffleSampler(len(dataset), seed=seed, shuffle=shuffle)
+        shard = getattr(dataset, "shard_size", len(dataset))  # its own rows, without the pad
+        return EpochShuffleSampler(shard, seed=seed, shuffle=shuffle, shard_of=dataset.world)
     if world.is_distributed and role == "train":
         return DistributedEpochSampler(
             len(dataset), seed=seed, shuffle=shuffle, rank=world.rank,
@@ -190,15 +194,51 @@ class LoaderParts:
         self.index_sampler.load_state_dict(dict(state))
 
 
+def check_not_resharded(dataset: Any, *samplers: Any) -> None:
+    """Raise when a sampler splits a rank-sharded dataset across ranks again.
+
+    An ``EpochShuffleSampler`` over a rank-sharded dataset is told whose shard it serves
+    (``shard_of``), so it neither warns about nor lets accelerate split it.
+
+    Raises:
+        ValueError: e.g. torch's ``DistributedSampler`` over a ``RankMemCachedH5Dataset``.
+    """
+    if isinstance(dataset, BatchedDataset):
+        dataset = dataset.dataset
+    if not is_rank_sharded(dataset):
+        return
+    for sampler in samplers:
+        if sampler is not None and splits_across_ranks(sampler):
+            raise ValueError(
+                f"NNHandler: {type(dataset).__name__} already holds only this rank's shard, and "
+                f"{type(sampler).__name__} splits it across ranks again, so each rank would "
+                "train on a fraction of its shard and the rest would never be seen. Pass no "
+                "sampler (the handler then uses the dataset's make_sampler()) or an "
+                "EpochShuffleSampler over len(dataset)"
+            )
+        if isinstance(sampler, EpochShuffleSampler) and sampler.shard_of is None:
+            sampler.shard_of = dataset.world  # what it serves: this rank's shard
+
+
+def check_loader_sharding(loader: DataLoader[Any]) -> None:
+    """``check_not_resharded`` for a built loader (its sampler and batch sampler)."""
+    parts = LoaderParts.of(loader)
+    check_not_resharded(loader.dataset, parts.outer, parts.inner)
+
+
 def warn_if_not_sharded(loader: DataLoader[Any], world: World) -> None:
     """Under DDP, warn when a train loader gives every rank the whole dataset.
 
     That is the case for the samplers that know nothing of ranks (``SequentialSampler``,
-    ``RandomSampler``, ``EpochShuffleSampler``) over a dataset that is not rank-sharded.
+    ``RandomSampler``, ``EpochShuffleSampler``) over a dataset that is not rank-sharded. An
+    ``EpochShuffleSampler`` warns itself (once, naming ``DistributedEpochSampler``).
     """
     sampler = LoaderParts.of(loader).index_sampler
-    unaware = (SequentialSampler, RandomSampler, EpochShuffleSampler)
-    if world.is_distributed and type(sampler) in unaware and not is_rank_sharded(loader.dataset):
+    if not world.is_distributed or is_rank_sharded(loader.dataset):
+        return
+    if type(sampler) is EpochShuffleSampler:
+        sampler.check_world(world, data_is_sharded=False)
+    elif type(sampler) in (SequentialSampler, RandomSampler):
         warnings.warn(
             f"the train loader uses a {type(sampler).__name__}, so each of the "
             f"{world.world_size} ranks trains on the whole dataset; pass no sampler (the "
