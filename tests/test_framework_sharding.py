@@ -7,6 +7,7 @@ virtual processes); the 2-process runs are in ``test_integrations_*.py``.
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from collections import Counter
 
@@ -24,6 +25,7 @@ from nn_handler.dataloaders import (
     EpochShuffleSampler,
     H5LazyDataset,
     RankMemCachedH5Dataset,
+    ShardSampler,
     batched_loader,
     epoch_permutation,
 )
@@ -74,6 +76,9 @@ def test_our_samplers_are_distributed_samplers(path):
     assert (around.rank, around.num_replicas, around.shards_indices) == (1, 2, True)
     plain = EpochBatchSampler(SequentialSampler(range(5)), 2, False)
     assert isinstance(plain, EpochBatchSampler) and not isinstance(plain, DistributedSampler)
+    copy = pickle.loads(pickle.dumps(around))  # DataLoader workers, checkpoints
+    assert type(copy) is type(around) and list(copy) == list(around)
+    assert isinstance(ShardSampler(10, World(1, 2)), DistributedSampler)
 
 
 def test_batched_loader_looks_like_a_plain_loader(path):
