@@ -350,3 +350,66 @@ def test_torchdata_resume_is_exact(path, workers):
             second = loader(make())
             second.load_state_dict(state)
             assert head + _rows(second) == full
+
+
+# -- readahead (a dataset that decodes ahead) keeps all of the above -------------------------------
+
+
+class _Announced(Dataset):
+    """A ``ReadsAhead`` dataset that records announcements and reads (rows are their values)."""
+
+    supports_batch_indexing = True
+    readahead_rows = 8  # two batches of 4 ahead
+    reads_release_gil = False
+
+    def __init__(self, n: int) -> None:
+        self.n, self.events = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def plan_window(self, block_rows, blocks) -> None:
+        pass
+
+    def prefetch(self, indices) -> None:
+        self.events.append(("prefetch", list(indices)))
+
+    def __getitem__(self, index):
+        self.events.append(("read", list(index)))
+        rows = torch.as_tensor(index)
+        return rows[:, None].float(), rows  # x[:, 0] == y, as batch_rows checks
+
+
+def test_readahead_announces_batches_and_stays_recognisable():
+    data = _Announced(22)
+    sampler = DistributedEpochSampler(22, rank=0, world_size=1, seed=1)
+    loader = batched_loader(data, 4, sampler=sampler)
+    assert isinstance(loader.sampler, DistributedSampler) and loader.sampler.sampler is sampler
+    loader.sampler.set_epoch(2)
+    assert sampler.epoch == 2
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    assert loader.sampler.state_dict()["consumed"] == 12  # not the rows announced ahead
+    rest = list(it)
+    reads = [e[1] for e in data.events if e[0] == "read"]
+    announced = [e[1] for e in data.events if e[0] == "prefetch"]
+    assert announced == reads and len(reads) == 6 == 3 + len(rest)
+    assert [row for batch in reads for row in batch] == epoch_permutation(22, 1, 2).tolist()
+    for k, batch in enumerate(reads):  # batch k is read after batches up to k + 2 were announced
+        position = data.events.index(("read", batch))
+        ahead = [e for e in data.events[:position] if e[0] == "prefetch"]
+        assert len(ahead) == min(k + 3, len(reads))
+
+
+def test_accelerate_splits_a_readahead_loader_exactly_once():
+    pytest.importorskip("accelerate")
+
+    def make():
+        return batched_loader(_Announced(50), 4, sampler=DistributedEpochSampler(50, seed=3))
+
+    per = _prepared_rows(make)
+    for epoch in range(2):
+        seen = Counter(per[0][epoch] + per[1][epoch])
+        assert set(seen) == set(range(50)) and sum(seen.values()) == 2 * 4 * 7
+    assert per[0][0] != per[0][1]
