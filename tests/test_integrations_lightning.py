@@ -117,11 +117,18 @@ def resume_checks(path: Path) -> dict[str, bool]:
 
 
 def sampler_types(trainer: Any) -> dict[str, str]:
-    """The sampler each train loader ended up with (after Lightning's injection)."""
-    loaders = trainer.fit_loop._combined_loader.flattened
-    return {
-        case: type(loader.sampler).__name__ for case, loader in zip(CASES, loaders, strict=True)
-    }
+    """The sampler each train loader ended up with (after Lightning's injection).
+
+    A ``ReadaheadSampler`` (the file is compressed) is looked through: its sampler is named,
+    with ``+readahead``.
+    """
+    names = {}
+    for case, loader in zip(CASES, trainer.fit_loop._combined_loader.flattened, strict=True):
+        sampler, suffix = loader.sampler, ""
+        while hasattr(sampler, "ahead"):  # batched_loader's readahead wrapper
+            sampler, suffix = sampler.sampler, "+readahead"
+        names[case] = type(sampler).__name__ + suffix
+    return names
 
 
 @pytest.mark.slow
@@ -155,6 +162,7 @@ def test_lightning_ddp_spawn_exactly_once(tmp_path):
         # Lightning replaced only the samplers that know nothing of ranks
         assert rank["samplers"]["lazy_plain"] == "DistributedSampler"
         assert rank["samplers"]["dist"] == "DistributedEpochSampler"
+        assert rank["samplers"]["chunk"] == "ChunkShuffleSampler+readahead"
         assert rank["samplers"]["rank"] == rank["samplers"]["rank_seed"] == "EpochShuffleSampler"
         ours = [m for m in rank["warnings"] if "Sampler" in m and "Lightning" not in m]
         # the misuse is not silent: each rank is told once, naming the fix

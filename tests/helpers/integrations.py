@@ -37,12 +37,18 @@ SHARD_CASES = ("rank", "rank_seed")
 
 
 def write_indexed(path: Path, rows: int = ROWS, chunk: int = CHUNK) -> Path:
-    """``x`` (rows, 4) float32 with ``x[i, 0] == i``; ``y == arange(rows)``; chunked."""
+    """``x`` (rows, 4) float32 with ``x[i, 0] == i``; ``y == arange(rows)``; gzip chunks.
+
+    Compressed, so ``H5LazyDataset`` decodes ahead and ``batched_loader`` puts its sampler in a
+    ``ReadaheadSampler``: the frameworks see that wrapper, as they would in real use.
+    """
     x = np.zeros((rows, 4), dtype=np.float32)
     x[:, 0] = np.arange(rows)
     with h5py.File(path, "w") as f:
-        f.create_dataset("x", data=x, chunks=(chunk, 4))
-        f.create_dataset("y", data=np.arange(rows, dtype=np.int64), chunks=(chunk,))
+        f.create_dataset("x", data=x, chunks=(chunk, 4), compression="gzip")
+        f.create_dataset(
+            "y", data=np.arange(rows, dtype=np.int64), chunks=(chunk,), compression="gzip"
+        )
     return path
 
 
