@@ -39,7 +39,8 @@ from nn_handler.bench import (
     timed_pass,
     write_images,
 )
-from nn_handler.dataloaders import RankMemCachedH5Dataset, _memory
+from nn_handler.dataloaders import RankMemCachedH5Dataset
+from nn_handler.dataloaders._rank_cache import memory as _memory
 
 BATCH = 256
 SAMPLE_BYTES = 3 * 32 * 32 * 4 + 8  # image + int64 label

@@ -1,11 +1,24 @@
 """Train with DDP through NNHandler: ``torchrun --nproc_per_node 2 examples/ddp_train.py``.
 
-Runs on CPUs (``gloo``) or GPUs (``nccl``, one per process). Rank 0 writes a small HDF5
-classification set (Gaussian blobs) to a temporary directory; every rank reads the same file
-through ``H5LazyDataset``. The handler initializes ``torch.distributed`` from torchrun's
-environment, wraps the model in ``DistributedDataParallel``, gives each rank a disjoint,
-equally sized part of the training set that is reshuffled every epoch, and evaluates every
-validation sample exactly once across the ranks.
+Runs on CPUs (``gloo``) or GPUs (``nccl``, one per process). The data is an HDF5 classification
+set (``train/x``, ``train/y``, ``val/x``, ``val/y``) read by every rank through ``H5LazyDataset``.
+The handler initializes ``torch.distributed`` from torchrun's environment, wraps the model in
+``DistributedDataParallel``, gives each rank a disjoint, equally sized part of the training set
+that is reshuffled every epoch, and evaluates every validation sample exactly once across the
+ranks.
+
+Where the data comes from:
+
+* ``--data PATH``: your file. Every node must be able to read it at ``PATH`` (a shared file
+  system, or the same copy on each machine). ``--make-data PATH`` writes the example's synthetic
+  set (Gaussian blobs) there and exits.
+* no ``--data``: each node writes its own copy of the synthetic set (the same seed, so the same
+  rows everywhere) to its local temporary directory, and removes it at the end.
+
+Several machines: run on each of the ``N`` nodes (``NODE_RANK`` 0 … N-1; ``HOST0`` is node 0)::
+
+    torchrun --nnodes N --node_rank NODE_RANK --nproc_per_node GPUS_PER_NODE \
+        --master_addr HOST0 --master_port 29500 examples/ddp_train.py --data /shared/blobs.h5
 
 Options: ``--samples 4000 --epochs 3 --batch-size 64 --workers 1 --checkpoint PATH``.
 """
@@ -46,18 +59,33 @@ def write_blobs(path: str, n: int, seed: int = 0) -> None:
     split = int(0.8 * n)
     with h5py.File(path, "w") as f:
         for name, rows in (("train", slice(0, split)), ("val", slice(split, n))):
-            f.create_dataset(f"{name}/x", data=points[rows], chunks=(256, FEATURES))
+            chunk = max(1, min(256, len(points[rows])))  # a chunk may not exceed the data
+            f.create_dataset(f"{name}/x", data=points[rows], chunks=(chunk, FEATURES))
             f.create_dataset(f"{name}/y", data=labels[rows])
 
 
-def shared_data_path(n: int) -> str:
-    """Rank 0 writes the data set; every rank gets its path."""
-    path = [None]
-    if dist.get_rank() == 0:
-        path[0] = os.path.join(tempfile.mkdtemp(prefix="nn_handler_ddp_"), "blobs.h5")
-        write_blobs(path[0], n)
-    dist.broadcast_object_list(path, src=0)
-    return str(path[0])
+def node_local_copy(n: int) -> str:
+    """Each node's local rank 0 writes the synthetic set to this node's temp dir; all wait.
+
+    The directory names the job and the node, so nodes that share a file system (or one host
+    running several "nodes") never write the same file.
+    """
+    job = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}_{os.environ.get('MASTER_PORT', '0')}"
+    node = os.environ.get("GROUP_RANK", "0")  # torchrun's node rank
+    folder = os.path.join(tempfile.gettempdir(), f"nn_handler_ddp_{job}_node{node}")
+    path = os.path.join(folder, "blobs.h5")
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        os.makedirs(folder, exist_ok=True)
+        write_blobs(path, n)
+    dist.barrier()  # every node's copy is complete before anyone opens it
+    return path
+
+
+def remove_local_copy(path: str) -> None:
+    dist.barrier()  # nobody reads it any more
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        os.remove(path)
+        os.rmdir(os.path.dirname(path))
 
 
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -71,11 +99,18 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--checkpoint", help="save a checkpoint here after every epoch")
+    parser.add_argument("--data", help="HDF5 file readable at this path on every node")
+    parser.add_argument("--make-data", metavar="PATH", help="write the synthetic set and exit")
     args = parser.parse_args()
+    if args.make_data:
+        write_blobs(args.make_data, args.samples)
+        return
+    if args.data and not os.path.isfile(args.data):
+        parser.error(f"--data {args.data!r} is not a file on this node")
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     handler = NNHandler(Classifier, device=device, use_distributed=True)
-    path = shared_data_path(args.samples)
+    path = args.data or node_local_copy(args.samples)
     loader_options = {"num_workers": args.workers, "worker_init_fn": h5_worker_init_fn}
     handler.set_train_loader(
         H5LazyDataset(path, "train/x", "train/y"), batch_size=args.batch_size, **loader_options
@@ -91,8 +126,8 @@ def main() -> None:
             f"rank 0 of {handler.world.world_size}: validation accuracy {result['acc']:.1%} "
             f"on {int(result['samples'])} samples (chance {1 / CLASSES:.0%})"
         )
-        os.remove(path)
-        os.rmdir(os.path.dirname(path))
+    if not args.data:
+        remove_local_copy(path)
     handler.close()
 
 

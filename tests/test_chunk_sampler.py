@@ -14,9 +14,9 @@ from nn_handler.dataloaders import (
     batched_loader,
 )
 from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
-from resume import check_resume
 
-from conftest import h5_rows, images
+from helpers.files import h5_rows, images
+from helpers.resume import check_resume
 
 # (data_len, block_size, window_chunks, world_size)
 configs = st.tuples(st.integers(0, 400), st.integers(1, 40), st.integers(1, 6), st.integers(1, 5))
@@ -216,15 +216,19 @@ def test_sizes_the_chunk_cache_for_its_window(make_h5, caplog):
     path = make_h5({"x": (images(200), "gzip"), "y": np.arange(200)})
     row = 3 * 4 * 4
     ds = H5LazyDataset(path, "x", "y", rdcc_nbytes=1000)
-    with caplog.at_level(logging.INFO, logger="nn_handler.dataloaders.chunk_sampler"):
-        sampler = ChunkShuffleSampler(ds, window_chunks=5)
+    sampler = ChunkShuffleSampler(ds, window_chunks=5)
+    assert ds.chunk_cache_nbytes == 1000  # the sampler reads numbers, it never resizes
+    with caplog.at_level(logging.INFO, logger="nn_handler.dataloaders.loader"):
+        batched_loader(ds, 16, sampler=sampler)  # the loader sizes the cache for the window
     assert ds.chunk_cache_nbytes == (5 + 2) * 8 * row
     assert "grown from 1000 to 2688 bytes" in caplog.text
     roomy = H5LazyDataset(path, "x", rdcc_nbytes=10**6)
     assert ChunkShuffleSampler(roomy).window_chunks == 64  # default window: what the cache holds
     assert roomy.chunk_cache_nbytes == 10**6
     small = H5LazyDataset(path, "x", rdcc_nbytes=10 * 8 * row)
-    assert ChunkShuffleSampler(small, size_cache=False).window_chunks == 8
+    unsized = ChunkShuffleSampler(small, size_cache=False)
+    assert unsized.window_chunks == 8
+    batched_loader(small, 16, sampler=unsized)
     assert small.chunk_cache_nbytes == 10 * 8 * row
     x, y = ds[list(sampler)[:10]]
     np.testing.assert_array_equal(x.numpy(), h5_rows(path, "x", y.numpy()))
@@ -236,14 +240,13 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
     sampler = ChunkShuffleSampler(ds, window_chunks=4, seed=3)
     loader = batched_loader(ds, 16, sampler=sampler)
     decoded = []
-    original = ds._x._blocks._run
+    original = ds._x._blocks._decode_task  # the window reader decodes one chunk per task
 
-    def spy(dset, tasks):
-        tasks = list(tasks)
-        decoded.extend(t[0][0] // 8 for t in tasks)
-        return original(dset, iter(tasks))
+    def spy(task):
+        decoded.append(task[0])
+        return original(task)
 
-    ds._x._blocks._run = spy
+    ds._x._blocks._decode_task = spy
     loader.sampler.set_epoch(1)
     ys = torch.cat([y for _, y in loader]).numpy()
     assert sorted(ys.tolist()) == list(range(203))
@@ -251,7 +254,7 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
 
 
 def test_shuffle_quality_against_full_shuffle():
-    """The numbers quoted in the README (n=100k, chunks of 64, batches of 256)."""
+    """The numbers quoted in docs/performance.md (n=100k, chunks of 64, batches of 256)."""
     n, block, batch, cache = 100_000, 64, 256, 325
     full = np.array(list(EpochShuffleSampler(n, seed=0)))
     chunked = np.array(list(ChunkShuffleSampler(n, block_size=block, window_chunks=32)))

@@ -11,10 +11,12 @@ MODULES = [
     "nn_handler.dataloaders.combined_h5_dataset",
     "nn_handler.dataloaders.h5_dataloader",
     "nn_handler.dataloaders.h5_sample_dataset",
+    "nn_handler.dataloaders.h5_sparse_dataset",
     "nn_handler.dataloaders.loader",
     "nn_handler.dataloaders.prefetch",
     "nn_handler.dataloaders.rank_cached_h5_dataloader",
     "nn_handler.dataloaders.samplers",
+    "nn_handler.dataloaders.transforms",
 ]
 
 

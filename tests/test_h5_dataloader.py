@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, h5_worker_init_fn
 
-from conftest import LAYOUTS, h5_rows, images
+from helpers.files import LAYOUTS, h5_rows, images
 
 N = 37
 
@@ -147,10 +147,10 @@ def test_bad_input(make_h5, tmp_path):
         H5LazyDataset(path, "x", "y")
     with pytest.raises(ValueError, match=r"x_key='s' .* scalar \(0-d\) dataset"):
         H5LazyDataset(path, "s")
-    with pytest.raises(
-        TypeError, match=r"x_key='names' has dtype \|S1, which torch cannot represent"
-    ):
-        H5LazyDataset(path, "names")
+    # strings are samples now (issue 13): str, never cast to numbers
+    assert H5LazyDataset(path, "names")[0] == "a"
+    with pytest.raises(TypeError, match=r"x_key='names' \(dtype \|S1\) holds strings"):
+        H5LazyDataset(path, "names", x_dtype=np.float32)
     with pytest.raises(TypeError, match="x_key must be a non-empty string"):
         H5LazyDataset(path, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="transform must be callable or None"):

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 
-from nn_handler.dataloaders import EpochBatchSampler, H5LazyDataset, batched_loader
+from nn_handler.dataloaders import BatchedDataset, EpochBatchSampler, H5LazyDataset, batched_loader
 
-from conftest import images
+from helpers.files import images
 
 
 class RecordingSampler(Sampler[int]):
@@ -46,7 +46,8 @@ def test_batches_are_stacked_by_the_dataset(ds):
 def test_sampler_order_and_set_epoch_are_forwarded(ds):
     sampler = RecordingSampler(len(ds))
     loader = batched_loader(ds, 7, sampler=sampler)
-    assert isinstance(loader.sampler, EpochBatchSampler)
+    assert loader.sampler is sampler and loader.batch_size == 7  # a plain DataLoader's layout
+    assert isinstance(loader.dataset, BatchedDataset) and loader.dataset.dataset is ds
     loader.sampler.set_epoch(3)
     assert sampler.epoch == 3
     order = torch.cat([y for _, y in loader]).tolist()

@@ -14,7 +14,7 @@ from nn_handler.dataloaders import (
 )
 from nn_handler.dataloaders.prefetch import move
 
-from conftest import h5_rows, images
+from helpers.files import h5_rows, images
 
 Pair = namedtuple("Pair", ["x", "y"])
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -13,7 +13,8 @@ from nn_handler.dataloaders.samplers import (
     _interleaved_indices,
     epoch_permutation,
 )
-from resume import check_resume
+
+from helpers.resume import check_resume
 
 worlds = st.integers(1, 9).flatmap(lambda w: st.tuples(st.integers(0, 300), st.just(w)))
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
-from .dataloaders._memory import format_bytes
-from .h5inspect import DatasetReport, FileReport, escape_control, inspect_file
+from ._inspect.values import one_line, safe_text
+from ._validate import format_bytes
+from .h5inspect import DatasetReport, FileReport, StructureReport, inspect_file, similar_runs
 
 __all__ = ["main"]
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _EXPECTED_ERRORS as exc:
         if args.debug:
             raise
-        message = escape_control(_one_line(exc))  # messages may quote names from a file
+        message = safe_text(_one_line(exc))  # messages may quote names from a file
         print(f"nn-handler {args.command}: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -262,30 +263,63 @@ def _run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+_MAX_ATTRS = 6  # per object in text; --json lists them all
+_MAX_FIELDS = 8
+_MAX_KEYS = 6
+
+
 def format_report(report: FileReport) -> str:
-    """Render an inspection report as an indented, human-readable tree."""
+    """Render an inspection report as an indented, human-readable tree.
+
+    Attributes are one line each (cut to a width), names and values have control characters
+    escaped, internal datasets of recognised structures (PyTables indexes) are summarised by
+    their structure, and runs of alike datasets are collapsed to "… N more datasets of the
+    same shape".
+    """
     lines = [
-        f"{report.path}  ({format_bytes(report.file_bytes)}, "
+        f"{safe_text(report.path)}  ({format_bytes(report.file_bytes)}, "
         f"superblock v{report.superblock_version}"
         f"{', SWMR-format' if report.swmr_mode_capable else ''})"
     ]
+    lines.extend(f"  error: {safe_text(e)}" for e in report.errors)
+    for s in report.structures:
+        lines.extend(_structure_lines(s))
+    hidden = {m for s in report.structures if s.kind == "pytables-index" for m in s.members}
+    internal = tuple(s.path + "/" for s in report.structures if s.kind == "pytables-index")
     for group in report.groups:
-        if group.attrs:
-            lines.append(f"  group {group.path}  attrs: {_join_attrs(group.attrs)}")
-    for d in report.datasets:
+        if group.attrs and not group.path.startswith(internal):
+            lines.append(f"  group {safe_text(group.path)}")
+            lines.extend(_attr_lines(group.attrs))
+    shown = [d for d in report.datasets if d.path not in hidden]
+    for d, more in similar_runs(shown):
         lines.extend(_dataset_lines(d))
+        if more:
+            lines.append(f"  … {more} more datasets of the same shape and type")
     if report.omitted_datasets:
         lines.append(f"  … {report.omitted_datasets} more datasets not shown (--max-datasets)")
     if report.advice:
         lines.append("advice:")
-        lines.extend(f"  - {a}" for a in report.advice)
+        lines.extend(f"  - {safe_text(a)}" for a in report.advice)
     # names and attributes come from the file: never let them drive the terminal
-    return "\n".join(escape_control(line) for line in lines)
+    return "\n".join(safe_text(line) for line in lines)
+
+
+def _structure_lines(s: StructureReport) -> list[str]:
+    lines = [f"  {s.kind} {safe_text(s.path)}: {safe_text(s.description)}"]
+    if s.keys:
+        keys = ", ".join(repr(safe_text(k)) for k in s.keys[:_MAX_KEYS])
+        more = f", … {len(s.keys) - _MAX_KEYS} more" if len(s.keys) > _MAX_KEYS else ""
+        lines.append(f"      keys: {keys}{more}")
+    if s.usage:
+        lines.append(f"      use: {safe_text(s.usage)}")
+    return lines
 
 
 def _dataset_lines(d: DatasetReport) -> list[str]:
-    head = f"  {d.path}  shape={d.shape} dtype={d.dtype} layout={d.layout}"
-    lines = [head]
+    head = f"  {safe_text(d.path)}  shape={d.shape} dtype={safe_text(d.dtype)} layout={d.layout}"
+    lines = [head + (f"  [{d.role}]" if d.role else "")]
+    if d.error is not None:
+        return [*lines, f"      unreadable: {safe_text(d.error)}"]
     storage = [f"stored {format_bytes(d.storage_bytes)}"]
     if d.chunks and d.chunk_bytes is not None:
         size = format_bytes(d.chunk_bytes)
@@ -299,14 +333,25 @@ def _dataset_lines(d: DatasetReport) -> list[str]:
     if d.read_strategy:
         storage.append(f"reads: {d.read_strategy}")
     lines.append("      " + ", ".join(storage))
-    if d.attrs:
-        lines.append(f"      attrs: {_join_attrs(d.attrs)}")
-    lines.extend(f"      advice: {a}" for a in d.advice)
+    for f in d.fields[:_MAX_FIELDS]:
+        shape = f" {f.shape}" if f.shape else ""
+        lines.append(
+            f"      field {safe_text(f.name)} ({f.dtype}{shape}): key {safe_text(f.key)!r}"
+        )
+    if len(d.fields) > _MAX_FIELDS:
+        lines.append(f"      … {len(d.fields) - _MAX_FIELDS} more fields (--json lists all)")
+    lines.extend(_attr_lines(d.attrs))
+    lines.extend(f"      advice: {safe_text(a)}" for a in d.advice)
     return lines
 
 
-def _join_attrs(attrs: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in attrs.items())
+def _attr_lines(attrs: dict[str, Any]) -> list[str]:
+    lines = [
+        f"      @{safe_text(k)} = {one_line(v, 80)}" for k, v in list(attrs.items())[:_MAX_ATTRS]
+    ]
+    if len(attrs) > _MAX_ATTRS:
+        lines.append(f"      … {len(attrs) - _MAX_ATTRS} more attributes (--json lists all)")
+    return lines
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._validate import check_choice, check_non_negative_int, check_positive_int
 from .dataloaders import (
     CombinedHDF5Dataset,
     H5LazyDataset,
@@ -28,7 +29,6 @@ from .dataloaders import (
     batched_loader,
     h5_worker_init_fn,
 )
-from .dataloaders._validate import check_choice, check_non_negative_int, check_positive_int
 from .handler import NNHandler
 
 __all__ = ["DemoData", "DemoNet", "DemoSummary", "LoaderName", "run_demo", "write_demo_data"]

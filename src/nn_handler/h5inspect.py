@@ -1,84 +1,56 @@
 """inspect_file: what an HDF5 file holds and how this library will read it, with advice.
 
 The report is plain data (dataclasses with ``to_dict()``) so the CLI can print it as a tree or
-as JSON without logic of its own.
+as JSON without logic of its own. It never gives up on a file it can open: a dataset it cannot
+describe is listed with the reason, and the rest of the tree is shown. Structures written by
+other software (pandas tables, PyTables indexes, AnnData / 10x sparse matrices, netCDF
+dimensions) are recognised and named, with the keys to pass.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import h5py
-import numpy as np
 
-from .dataloaders._memory import format_bytes
-from .dataloaders._reader import RowReader
-from .dataloaders._source import FileOptions, H5Source
+from ._inspect.dataset import DatasetReport, FieldReport, dataset_report, unreadable_report
+from ._inspect.structures import Structure, detect
+from ._inspect.values import read_attrs
+from .dataloaders._io.source import FileOptions, H5Source
 
-__all__ = ["DatasetReport", "FileReport", "GroupReport", "escape_control", "inspect_file"]
+__all__ = [
+    "DatasetReport",
+    "FieldReport",
+    "FileReport",
+    "GroupReport",
+    "StructureReport",
+    "inspect_file",
+    "similar_runs",
+]
 
-_FILTER_NAMES = {
-    1: "gzip",
-    2: "shuffle",
-    3: "fletcher32",
-    4: "szip",
-    5: "nbit",
-    6: "scaleoffset",
-    32000: "lzf",
-    32001: "blosc",
-    32004: "lz4",
-    32008: "bitshuffle",
-    32015: "zstd",
-    32026: "blosc2",
-}
-_LAYOUT_NAMES = {
-    h5py.h5d.COMPACT: "compact",
-    h5py.h5d.CONTIGUOUS: "contiguous",
-    h5py.h5d.CHUNKED: "chunked",
-    h5py.h5d.VIRTUAL: "virtual",
-}
-_H5PY_DEFAULT_CACHE = 1024**2
-_OUR_DEFAULT_CACHE = 256 * 1024**2
-_DEFAULT_WINDOW_CHUNKS = 64
-_RANDOM_ACCESS_CHUNK_BYTES = 64 * 1024  # small enough that a random row decodes little extra
+#: Something recognised in the file (a pandas table, a sparse matrix, …) and how to load it.
+StructureReport = Structure
+
+_LOADABLE = ("numeric", "string", "encoded", "ragged", "compound")
+_NOT_SAMPLES = ("pytables-index", "sparse-matrix", "pandas-pickled", "pandas-labels")
 
 
 @dataclass(frozen=True)
 class GroupReport:
-    """A group: its path and (truncated) attributes."""
+    """A group: its path and attributes (as JSON values)."""
 
     path: str
-    attrs: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DatasetReport:
-    """One dataset: shape, type, storage, how batches are read, and advice."""
-
-    path: str
-    shape: tuple[int, ...] | None
-    dtype: str
-    layout: str
-    chunks: tuple[int, ...] | None
-    rows_per_chunk: int | None
-    chunk_bytes: int | None
-    filters: list[str]
-    storage_bytes: int
-    data_bytes: int
-    compression_ratio: float | None
-    bytes_per_sample: int | None
-    read_strategy: str | None
-    attrs: dict[str, str]
-    advice: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class FileReport:
-    """A whole file: size, format versions, groups, datasets and file-level advice."""
+    """A whole file: size, format versions, groups, datasets, structures and advice.
+
+    ``errors`` lists objects that could not be opened at all (each with the reason).
+    """
 
     path: str
     file_bytes: int
@@ -88,9 +60,11 @@ class FileReport:
     datasets: list[DatasetReport]
     advice: list[str]
     omitted_datasets: int = 0
+    structures: list[StructureReport] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the report as JSON-serializable plain data."""
+        """Return the report as JSON-serializable plain data (attributes as JSON values)."""
         return asdict(self)
 
 
@@ -101,31 +75,26 @@ def inspect_file(
 
     Args:
         path: The HDF5 file.
-        max_attr_chars: Attribute values longer than this are cut (with "…").
+        max_attr_chars: String attribute values longer than this are cut (with "…").
         max_datasets: Datasets described in full; the rest are only counted (files with one
             dataset per sample can hold hundreds of thousands).
 
     Raises:
-        FileNotFoundError / OSError: the file is missing or not HDF5.
+        FileNotFoundError / OSError: the file is missing, not HDF5, or cannot be opened.
     """
     source = H5Source(path, FileOptions(swmr=False))
     try:
         handle = source.file
-        groups: list[GroupReport] = [GroupReport("/", _attrs(handle, max_attr_chars))]
-        datasets: list[DatasetReport] = []
-        omitted = 0
-
-        def visit(name: str, obj: Any) -> None:
-            nonlocal omitted
-            if isinstance(obj, h5py.Group):
-                groups.append(GroupReport(name, _attrs(obj, max_attr_chars)))
-            elif len(datasets) >= max_datasets:
-                omitted += 1
-            elif isinstance(obj, h5py.Dataset):
-                datasets.append(_dataset_report(source, name, obj, max_attr_chars))
-
-        handle.visititems(visit)
-        superblock = int(handle.id.get_create_plist().get_version()[0])
+        group_names, dataset_names, errors = _walk(handle)
+        groups = [GroupReport("/", read_attrs(handle, max_attr_chars))]
+        groups += [_group_report(handle, g, max_attr_chars, errors) for g in group_names]
+        structures = _structures(handle, source.path, group_names, dataset_names, errors)
+        roles = {m: s.member_roles.get(m, s.kind) for s in structures for m in s.members}
+        datasets = [
+            _safe_dataset_report(source, handle, name, max_attr_chars, roles.get(name))
+            for name in dataset_names[:max_datasets]
+        ]
+        superblock = _superblock(handle)
     finally:
         source.close()
     return FileReport(
@@ -133,210 +102,125 @@ def inspect_file(
         file_bytes=os.path.getsize(source.path),
         superblock_version=superblock,
         swmr_mode_capable=superblock >= 3,
-        groups=groups,
+        groups=[g for g in groups if g is not None],
         datasets=datasets,
-        advice=_file_advice(datasets),
-        omitted_datasets=omitted,
+        advice=_file_advice(datasets, structures),
+        omitted_datasets=max(0, len(dataset_names) - max_datasets),
+        structures=structures,
+        errors=errors,
     )
 
 
-def _dataset_report(source: H5Source, name: str, dset: h5py.Dataset, limit: int) -> DatasetReport:
-    plist = dset.id.get_create_plist()
-    layout = _LAYOUT_NAMES.get(plist.get_layout(), "other")
-    if layout == "contiguous" and plist.get_external_count() > 0:
-        layout = "external"
-    shape = dset.shape
-    row_bytes = _row_bytes(dset)
-    data_bytes = dset.dtype.itemsize * math.prod(shape) if shape else 0
-    storage = int(dset.id.get_storage_size())
-    chunks = tuple(int(c) for c in dset.chunks) if dset.chunks else None
-    chunk_bytes = dset.dtype.itemsize * math.prod(chunks) if chunks else None
-    report = DatasetReport(
-        path=name,
-        shape=tuple(int(s) for s in shape) if shape is not None else None,
-        dtype=_dtype_name(dset),
-        layout=layout,
-        chunks=chunks,
-        rows_per_chunk=chunks[0] if chunks else None,
-        chunk_bytes=chunk_bytes,
-        filters=_filters(plist),
-        storage_bytes=storage,
-        data_bytes=data_bytes,
-        compression_ratio=round(data_bytes / storage, 2) if storage and chunks else None,
-        bytes_per_sample=row_bytes,
-        read_strategy=_strategy(source, name, shape),
-        attrs=_attrs(dset, limit),
-        advice=[],
-    )
-    report.advice.extend(_dataset_advice(report, dset))
-    return report
+def similar_runs(datasets: list[DatasetReport], keep: int = 2) -> list[tuple[DatasetReport, int]]:
+    """Collapse runs of datasets alike in parent group, shape, dtype and storage.
+
+    Returns ``(dataset, hidden)`` pairs: each shown dataset with the number of datasets like it
+    that follow and are not shown (0 for most). The first ``keep`` of a run are shown.
+    """
+    out: list[tuple[DatasetReport, int]] = []
+    run: list[DatasetReport] = []
+    for d in [*datasets, None]:
+        if d is not None and run and _signature(d) == _signature(run[0]):
+            run.append(d)
+            continue
+        if run:
+            shown = run if len(run) <= keep + 1 else run[:keep]
+            out.extend((r, 0) for r in shown[:-1])
+            out.append((shown[-1], len(run) - len(shown)))
+        run = [] if d is None else [d]
+    return out
 
 
-def _row_bytes(dset: h5py.Dataset) -> int | None:
-    if not dset.shape:
-        return None
-    return int(dset.dtype.itemsize * math.prod(dset.shape[1:]))
+def _signature(d: DatasetReport) -> tuple[Any, ...] | None:
+    if d.error is not None:
+        return (d.path,)  # never collapse unreadable datasets
+    parent = d.path.rsplit("/", 1)[0] if "/" in d.path else ""
+    return (parent, d.shape, d.dtype, d.layout, d.chunks, tuple(d.filters), d.kind, d.role)
 
 
-def _dtype_name(dset: h5py.Dataset) -> str:
-    string = h5py.check_string_dtype(dset.dtype)
-    if string is not None:
-        kind = "variable-length" if string.length is None else f"fixed({string.length})"
-        return f"string[{kind}, {string.encoding}]"
-    return str(dset.dtype)
-
-
-def _filters(plist: Any) -> list[str]:
-    names = []
-    for i in range(plist.get_nfilters()):
-        code, _flags, values, _name = plist.get_filter(i)
-        label = _FILTER_NAMES.get(code, f"filter-{code}")
-        if code == 1 and values:
-            label += f"(level={values[0]})"
-        names.append(label)
-    return names
-
-
-def _strategy(source: H5Source, name: str, shape: tuple[int, ...] | None) -> str | None:
-    if not shape:
-        return None
+def _walk(handle: h5py.File) -> tuple[list[str], list[str], list[str]]:
+    names: list[str] = []
+    errors: list[str] = []
     try:
-        return RowReader(source, name).strategy
-    except (ValueError, TypeError, OSError):
-        return None
-
-
-def _attrs(obj: h5py.HLObject, limit: int) -> dict[str, str]:
-    out = {}
-    for key in obj.attrs:
+        handle.visit(names.append)  # object names only: nothing is opened while walking
+    except Exception as exc:  # a damaged part of the tree: report it, describe the rest
+        errors.append(f"walking the tree stopped after {len(names)} objects: {_reason(exc)}")
+    groups, datasets = [], []
+    for name in names:
         try:
-            text = repr(_decode(obj.attrs[key]))
-        except (OSError, TypeError, ValueError) as exc:  # unreadable types (e.g. references)
-            text = f"<unreadable: {exc}>"
-        out[key] = text if len(text) <= limit else text[: limit - 1] + "…"
-    return out
+            obj = handle[name]
+        except Exception as exc:
+            errors.append(f"{name}: cannot be opened: {_reason(exc)}")
+            continue
+        if isinstance(obj, h5py.Group):
+            groups.append(name)
+        elif isinstance(obj, h5py.Dataset):
+            datasets.append(name)
+    return groups, datasets, errors
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value.item()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+def _group_report(handle: h5py.File, name: str, limit: int, errors: list[str]) -> GroupReport:
+    try:
+        return GroupReport(name, read_attrs(handle[name], limit))
+    except Exception as exc:
+        errors.append(f"{name}: attributes unreadable: {_reason(exc)}")
+        return GroupReport(name)
 
 
-def _dataset_advice(r: DatasetReport, dset: h5py.Dataset) -> list[str]:
-    if not r.shape:
-        return ["scalar (0-d): metadata, not samples; datasets cannot read it along axis 0"]
-    if dset.dtype.hasobject:
-        return [
-            "variable-length data: read through h5py row runs; fine for metadata columns "
-            "(e.g. ids in CombinedHDF5Dataset), slow as model input"
-        ]
-    if r.layout in ("virtual", "external", "compact"):
-        return [
-            f"{r.layout} layout: batches are read through h5py (still batched); for speed "
-            "copy it into a contiguous dataset"
-        ]
-    if r.layout == "contiguous":
-        return [
-            "contiguous and uncompressed: batched reads (H5LazyDataset with batched_loader) "
-            "run at memory speed (memory-mapped gather)"
-        ]
-    return _chunked_advice(r)
+def _structures(
+    handle: h5py.File, path: str, groups: list[str], datasets: list[str], errors: list[str]
+) -> list[Structure]:
+    try:
+        return detect(handle, path, groups, datasets)
+    except Exception as exc:  # recognising structures is a bonus: never lose the tree over it
+        errors.append(f"recognising structures failed: {_reason(exc)}")
+        return []
 
 
-def _chunked_advice(r: DatasetReport) -> list[str]:
-    assert r.chunks is not None
-    assert r.shape is not None
-    assert r.chunk_bytes is not None
-    rows = int(r.chunks[0])
-    per_row = max(r.bytes_per_sample or 1, 1)
-    advice = []
-    if tuple(r.chunks[1:]) != tuple(r.shape[1:]):
-        spans = math.prod(-(-s // c) for s, c in zip(r.shape[1:], r.chunks[1:], strict=True))
-        advice.append(
-            f"a sample spans {spans} chunks ({r.chunks}): chunk along axis 0 only, e.g. "
-            f"chunks=({rows}, {', '.join(str(s) for s in r.shape[1:])}), so each row is one "
-            "contiguous piece"
-        )
-    if r.filters:
-        advice.append(_random_access_advice(r, rows, per_row))
-        advice.extend(_cache_advice(r.chunk_bytes))
-    elif not advice:
-        advice.append(
-            f"chunked ({rows} rows per chunk), uncompressed: batched reads are memory-mapped "
-            "gathers at memory speed"
-        )
-    return advice
+def _safe_dataset_report(
+    source: H5Source, handle: h5py.File, name: str, limit: int, role: str | None
+) -> DatasetReport:
+    try:
+        return dataset_report(source, name, handle[name], limit, role)
+    except Exception as exc:  # one unreadable dataset must not hide the rest of the file
+        return unreadable_report(name, exc, role)
 
 
-def _random_access_advice(r: DatasetReport, rows: int, per_row: int) -> str:
-    text = (
-        f"random access decodes {rows} rows per sample here ({'+'.join(r.filters)}, "
-        f"{rows}-row chunks): use ChunkShuffleSampler (block shuffle: each chunk decoded once "
-        "per epoch)"
-    )
-    small = max(1, _RANDOM_ACCESS_CHUNK_BYTES // per_row)
-    if small < rows:
-        text += f", or rechunk with {small} rows per chunk (~{format_bytes(small * per_row)})"
-    return text
+def _superblock(handle: h5py.File) -> int:
+    try:
+        return int(handle.id.get_create_plist().get_version()[0])
+    except Exception:  # pragma: no cover - only on damaged files
+        return -1
 
 
-def _cache_advice(chunk_bytes: int) -> list[str]:
-    out = []
-    if chunk_bytes > _H5PY_DEFAULT_CACHE:
-        out.append(
-            f"each chunk is {format_bytes(chunk_bytes)}, larger than h5py's default 1 MiB chunk "
-            "cache: plain h5py decodes it again for every row; nn_handler datasets default to "
-            f"rdcc_nbytes=256 MiB ({_OUR_DEFAULT_CACHE // chunk_bytes} chunks)"
-        )
-    window = chunk_bytes * _DEFAULT_WINDOW_CHUNKS
-    if window > _OUR_DEFAULT_CACHE:
-        out.append(
-            f"a shuffle window of {_DEFAULT_WINDOW_CHUNKS} chunks needs {format_bytes(window)} of "
-            f"chunk cache: chunk cache default too small for this chunk size, pass "
-            f"rdcc_nbytes={_round_up_mib(window)}"
-        )
-    return out
-
-
-def _file_advice(datasets: list[DatasetReport]) -> list[str]:
+def _file_advice(datasets: list[DatasetReport], structures: list[Structure]) -> list[str]:
+    advice = [f"{s.kind} at {s.path!r}: {s.usage}" for s in structures if s.usage]
     by_len: dict[int, list[str]] = {}
     for d in datasets:
-        if d.shape and d.read_strategy is not None:
+        if _candidate(d) and d.shape:
             by_len.setdefault(d.shape[0], []).append(d.path)
-    advice = []
     for length, keys in sorted(by_len.items(), key=lambda kv: -len(kv[1])):
         if len(keys) >= 2:
             shown = ", ".join(repr(k) for k in sorted(keys)[:6])
+            more = f", … {len(keys) - 6} more" if len(keys) > 6 else ""
             advice.append(
-                f"{len(keys)} datasets share {length} rows along axis 0 ({shown}): candidates "
-                "for H5LazyDataset(path, x_key=..., y_key=...)"
+                f"{len(keys)} datasets share {length} rows along axis 0 ({shown}{more}): "
+                "candidates for H5LazyDataset(path, x_key=..., y_key=...)"
             )
     return advice
 
 
-def _round_up_mib(n: int) -> int:
-    return -(-n // 1024**2) * 1024**2
+def _candidate(d: DatasetReport) -> bool:
+    """True for datasets that can be x or y: loadable kind, not a structure's internals."""
+    loadable = d.kind in _LOADABLE and d.role not in _NOT_SAMPLES
+    return (
+        loadable
+        and d.shape is not None
+        and len(d.shape) > 0
+        and d.shape[0] > 1
+        and (d.read_strategy is not None)
+    )
 
 
-# C0 and C1 controls, DEL, and the Unicode line separators and bidi overrides/isolates that can
-# rewrite what a terminal shows (a name holding "\x1b[2J" would clear the screen)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def escape_control(text: str) -> str:
-    r"""Return ``text`` with control characters written as escapes (``\x1b``, ``\u202e``).
-
-    Names and attributes come from the file, so whoever wrote it decides what they contain;
-    printed raw, escape sequences in them would drive the reader's terminal.
-    """
-    return _CONTROL.sub(_escape_one, text)
-
-
-def _escape_one(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def _reason(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from . import _ddp
-from ._batches import BatchFn, BatchSplitter
-from ._config import (
+from ._training import ddp as _ddp
+from ._training.batches import BatchFn, BatchSplitter
+from ._training.config import (
     build_model,
     check_clip,
     check_flag,
@@ -26,13 +26,13 @@ from ._config import (
     check_train_args,
     note_torchrun,
 )
-from ._device import resolve_precision
-from ._fit import Fit, Record, RunState, evaluate
-from ._loaders import build_loader, warn_if_not_sharded
-from ._persist import load_run, save_run
-from ._slots import Slots
-from ._step import LossFn, Metric, Trainer
-from .dataloaders._validate import check_callable, check_int, check_positive_int
+from ._training.device import resolve_precision
+from ._training.fit import Fit, Record, RunState, evaluate
+from ._training.loaders import build_loader, check_loader_sharding, warn_if_not_sharded
+from ._training.persist import load_run, save_run
+from ._training.slots import Slots
+from ._training.step import LossFn, Metric, Trainer
+from ._validate import check_callable, check_int, check_positive_int
 
 __all__ = ["NNHandler"]
 
@@ -151,10 +151,13 @@ class NNHandler:
 
         Raises:
             TypeError: an unknown DataLoader keyword (the message lists the valid ones).
+            ValueError: a sampler that splits a rank-sharded dataset across ranks again (e.g.
+                torch's ``DistributedSampler`` over a ``RankMemCachedH5Dataset``).
         """
         loader = build_loader(
             dataset, dataloader_kwargs, role="train", world=self.world, seed=self._seed
         )
+        check_loader_sharding(loader)
         warn_if_not_sharded(loader, self.world)
         self.train_loader = loader
         return loader
@@ -163,11 +166,16 @@ class NNHandler:
         """Set the validation data (as ``set_train_loader``; ``shuffle`` defaults to False).
 
         Under DDP each rank evaluates its own unpadded part, so every sample counts once.
+
+        Raises:
+            TypeError / ValueError: as ``set_train_loader``.
         """
-        self.val_loader = build_loader(
+        loader = build_loader(
             dataset, dataloader_kwargs, role="val", world=self.world, seed=self._seed
         )
-        return self.val_loader
+        check_loader_sharding(loader)
+        self.val_loader = loader
+        return loader
 
     def set_optimizer(self, optimizer_class: Callable[..., Any], **kwargs: Any) -> None:
         """Build ``optimizer_class(model.parameters(), **kwargs)`` (e.g. ``torch.optim.Adam``).

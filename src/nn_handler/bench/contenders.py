@@ -30,8 +30,9 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from ..dataloaders._reader import RowReader
-from ..dataloaders._source import FileOptions, H5Source
+from ..dataloaders._io.keys import resolve_key
+from ..dataloaders._io.reader import RowReader
+from ..dataloaders._io.source import FileOptions, H5Source
 from .timing import Result, batch_len, shuffled_batches, timed_call, timed_pass
 
 __all__ = [
@@ -82,7 +83,7 @@ class NaiveH5Dataset(Dataset[Any]):
     def __init__(self, path: str, x_key: str, y_key: str | None = None) -> None:
         self.path, self.x_key, self.y_key = path, x_key, y_key
         with h5py.File(path, "r") as f:
-            self.n = len(f[x_key])
+            self.n = len(_open_key(f, x_key))
         self._x: Any = None
         self._y: Any = None
 
@@ -92,8 +93,8 @@ class NaiveH5Dataset(Dataset[Any]):
     def __getitem__(self, i: int) -> Any:
         if self._x is None:
             f = h5py.File(self.path, "r")
-            self._x = f[self.x_key]
-            self._y = None if self.y_key is None else f[self.y_key]
+            self._x = _open_key(f, self.x_key)
+            self._y = None if self.y_key is None else _open_key(f, self.y_key)
         x = torch.from_numpy(np.asarray(self._x[i]))
         return x if self._y is None else (x, torch.as_tensor(self._y[i]))
 
@@ -102,6 +103,30 @@ class NaiveH5Dataset(Dataset[Any]):
         if self._x is not None:
             self._x.file.close()
             self._x = self._y = None
+
+
+class _FieldView:
+    """One field of a compound dataset read per sample, as a user would: ``dset.fields``."""
+
+    def __init__(self, dset: h5py.Dataset, field: str) -> None:
+        self.file = dset.file
+        self._view = dset.fields([field])
+        self._field = field
+        self._len = len(dset)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> Any:
+        return self._view[i][self._field]
+
+
+def _open_key(f: h5py.File, key: str) -> Any:
+    """``f[key]``, or a per-sample view of one field for ``"<dataset>:<field>"`` keys."""
+    resolved = resolve_key(f, key, arg="x_key", where=f.filename)
+    if resolved is None or resolved.field is None:
+        return f[key]
+    return _FieldView(f[resolved.path], resolved.field)
 
 
 def _shuffled_loader(ds: Dataset[Any], batch_size: int) -> DataLoader[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from .._validate import check_positive_int, format_bytes
 from ..dataloaders import (
     ChunkShuffleSampler,
     EpochShuffleSampler,
@@ -24,8 +25,7 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from ..dataloaders._memory import available_ram_bytes, format_bytes
-from ..dataloaders._validate import check_positive_int
+from ..dataloaders._rank_cache.memory import available_ram_bytes
 from .contenders import NaiveH5Dataset
 from .timing import Result, batch_len, timed_pass
 

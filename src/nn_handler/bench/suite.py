@@ -23,6 +23,7 @@ from .contenders import CONTENDERS, H5PY_LOAD, LIMIT, NAIVE, PRELOAD, Case
 from .data import make_images, suite_layouts, write_layout_file
 from .quality import shuffle_quality
 from .timing import Result, format_table, machine_line
+from .workload_suite import run_workloads
 
 __all__ = ["Table", "main", "run_suite"]
 
@@ -160,7 +161,11 @@ def targets(tables: list[Table]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python benchmarks/run.py [--n N] [--seconds S] [--layouts a,b]``."""
+    """Command line: ``python benchmarks/run.py [--n N] [--seconds S] [--layouts a,b]``.
+
+    ``--workloads W1,W2,W3,W4`` runs the issue-15 workloads instead (``workload_suite``):
+    ``num_workers`` 0 and 2, limits, peers and shuffle quality, medians of ``--rounds``.
+    """
     parser = argparse.ArgumentParser(description="nn_handler benchmark suite")
     parser.add_argument("--n", type=int, default=50_000, help="samples per layout")
     parser.add_argument("--seconds", type=float, default=10.0, help="budget per contender")
@@ -168,7 +173,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--chunk-rows", type=int, default=64)
     parser.add_argument("--workdir", default=None, help="directory for the temporary files")
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help="comma-separated workloads (W1,W2,W3,W4,W2-blosc-lz4,W2-zstd,RC) instead of layouts",
+    )
+    parser.add_argument("--scale", type=float, default=1.0, help="workloads: rows × this")
+    parser.add_argument("--rounds", type=int, default=3, help="workloads: alternating rounds")
     args = parser.parse_args(argv)
+    if args.workloads:
+        run_workloads(
+            args.workloads.split(","),
+            scale=args.scale,
+            seconds=args.seconds,
+            rounds=args.rounds,
+            batch_size=args.batch_size,
+            workdir=args.workdir,
+        )
+        return 0
     layouts = args.layouts.split(",") if args.layouts else None
     run_suite(args.n, args.seconds, layouts, args.batch_size, args.chunk_rows, args.workdir)
     return 0

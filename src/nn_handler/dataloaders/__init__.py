@@ -4,51 +4,93 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
-from ._errors import (
+from ._io.errors import (
     CorruptFileError,
     DataFileError,
     ExternalDataError,
     FileChangedError,
     MissingFilterError,
 )
-from ._threads import decode_threads, set_decode_threads
+from ._io.threads import decode_threads, set_decode_threads
+from ._protocols import (
+    STATE_CONSUMED,
+    STATE_EPOCH,
+    STATE_SEED,
+    BatchIndexable,
+    ChunkAware,
+    ChunkWindowed,
+    EpochAware,
+    RankSharded,
+    ReadsAhead,
+    Resumable,
+    SplitsRanks,
+    VariableBlocks,
+    indexes_batches,
+    is_rank_sharded,
+    set_epoch_once,
+    splits_across_ranks,
+)
 from .chunk_sampler import ChunkShuffleSampler
 from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloader
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
-from .loader import EpochBatchSampler, batched_loader
+from .h5_sparse_dataset import H5SparseDataset
+from .loader import BatchedDataset, EpochBatchSampler, batched_loader, fit_chunk_cache
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
     DistributedEpochSampler,
     EpochShuffleSampler,
+    ShardSampler,
     _balanced_contiguous_shard,
     _interleaved_indices,
     epoch_permutation,
 )
+from .transforms import decode_image
 
 __all__ = [
+    "BatchIndexable",
+    "BatchedDataset",
+    "ChunkAware",
     "ChunkShuffleSampler",
+    "ChunkWindowed",
     "CombinedHDF5Dataset",
     "CorruptFileError",
     "DataFileError",
     "DevicePrefetcher",
     "DistributedEpochSampler",
+    "EpochAware",
     "EpochBatchSampler",
     "EpochShuffleSampler",
     "ExternalDataError",
     "FileChangedError",
     "H5LazyDataset",
     "H5SampleDataset",
+    "H5SparseDataset",
     "MissingFilterError",
     "RankMemCachedH5Dataset",
+    "RankSharded",
+    "ReadsAhead",
+    "Resumable",
+    "STATE_CONSUMED",
+    "STATE_EPOCH",
+    "STATE_SEED",
+    "ShardSampler",
+    "SplitsRanks",
+    "VariableBlocks",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",
     "create_optimized_dataloader",
+    "decode_image",
     "decode_threads",
     "epoch_permutation",
+    "fit_chunk_cache",
     "h5_worker_init_fn",
+    "indexes_batches",
+    "is_rank_sharded",
     "pad_collate",
     "set_decode_threads",
+    "set_epoch_once",
+    "splits_across_ranks",
 ]

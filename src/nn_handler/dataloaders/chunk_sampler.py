@@ -17,27 +17,34 @@ Distributed: every rank builds the same block order and takes one contiguous par
 rank reads its own chunks, with at most two shared at the borders); parts have equal lengths
 (``even="pad"`` repeats a few samples, ``"drop"`` leaves a few out), then each rank shuffles its
 part within windows with its own generator. The order is a pure function of
-``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``.
+``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. Under accelerate's
+``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
+for one process and accelerate deals its batches out (see ``samplers``).
+
+Blocks of different lengths: a dataset whose chunks do not map to a fixed number of rows (sparse
+rows: a chunk of the 1-d ``data`` array holds a varying number of rows) passes ``block_starts``,
+the first row of every block. The sampler then shuffles those blocks and cuts windows of
+``window_chunks`` whole blocks; everything else is as above. A dataset that has a
+``block_starts`` attribute (``H5SparseDataset``) is read that way without asking.
 """
 
 from __future__ import annotations
 
-import logging
+import itertools
 from collections.abc import Sized
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._validate import check_non_negative_int, check_positive_int
+from .._validate import check_non_negative_int, check_positive_int
+from ._protocols import ChunkAware, VariableBlocks
 from .samplers import DistributedEpochSampler, EvenMode, _fit_length
 
 __all__ = ["ChunkShuffleSampler"]
 
-_LOG = logging.getLogger(__name__)
 MIN_WINDOW_CHUNKS = 8
 MAX_WINDOW_CHUNKS = 64
-_BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning
 
 
 class ChunkShuffleSampler(DistributedEpochSampler):
@@ -48,9 +55,13 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             of this library has them), or its length as an int together with ``block_size``.
         seed: Base seed, the same on every rank.
         window_chunks: Blocks per shuffle window. Larger mixes better and needs a larger chunk
-            cache. Default: as many as the dataset's chunk cache holds, between 8 and 64.
+            cache. Default: half of what the dataset's chunk cache holds (so the next window
+            can be decoded ahead while this one is served), between 8 and 64.
         block_size: Rows per block (default: the dataset's ``chunk_rows``; 1 when the data is
             not chunked, which makes this a plain full shuffle).
+        block_starts: Blocks of varying length instead: the first row of every block, strictly
+            increasing from 0 (a 1-d integer array). Default: the dataset's ``block_starts``
+            attribute when it has one that is not None. Exclusive with ``block_size``.
         rank: This rank (detected with ``World.detect`` when None).
         world_size: Number of ranks (detected when None).
         shuffle: False yields the data in file order (still split across ranks).
@@ -59,12 +70,14 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         batch_size: The loader's batch size; needed with ``num_workers > 1``.
         num_workers: The loader's ``num_workers``: with 2 or more, batches are dealt so each
             worker reads its own chunks (see the module docstring).
-        size_cache: Grow the dataset's chunk cache (``set_chunk_cache``) when a window of
-            chunks would not fit in it, and log the new size.
+        size_cache: Ask the loader to grow the dataset's chunk cache when a window of chunks
+            would not fit in it (``batched_loader`` does, and logs the new size). The sampler
+            itself only reads numbers from the dataset; it never touches its file.
 
     Raises:
         TypeError: ``dataset`` has no length, or no ``chunk_rows`` and no ``block_size`` given.
-        ValueError: an argument is out of range.
+        ValueError: an argument is out of range, ``block_starts`` is not strictly increasing
+            from 0 within the data, or both ``block_size`` and ``block_starts`` are given.
 
     Example:
         >>> sampler = ChunkShuffleSampler(ds, seed=0)
@@ -90,6 +103,7 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         seed: int = 0,
         window_chunks: int | None = None,
         block_size: int | None = None,
+        block_starts: Any = None,
         rank: int | None = None,
         world_size: int | None = None,
         shuffle: bool = True,
@@ -106,9 +120,22 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             world_size=world_size,
             even=even,
         )
-        self.block_size = _block_size(dataset, block_size)
+        starts, own = _block_starts(dataset, block_size, block_starts, self.data_len)
+        #: first row of every block when blocks vary in length (``block_starts``), else None
+        self.block_starts: npt.NDArray[np.int64] | None = starts
+        #: rows per block; None when blocks vary in length
+        self.block_size: int | None = None
+        cache_rows: int | None
+        if starts is None:
+            self.block_size = cache_rows = _block_size(dataset, block_size)
+        else:
+            self._state_sizes = (*type(self)._state_sizes, "num_blocks")
+            # the cache a window needs: the dataset knows its own blocks (None); for others,
+            # the longest block in rows is an upper bound
+            lengths = np.diff(np.append(starts, self.data_len))
+            cache_rows = None if own else int(lengths.max(initial=1))
         self.window_chunks = (
-            _default_window(dataset, self.block_size)
+            _default_window(dataset, cache_rows)
             if window_chunks is None
             else check_positive_int("window_chunks", window_chunks)
         )
@@ -123,23 +150,51 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             )
         if not isinstance(size_cache, bool):
             raise TypeError(f"size_cache must be True or False, got {size_cache!r}")
-        if size_cache:
-            _fit_cache(dataset, self.block_size, self.window_chunks + 2)
+        self.size_cache = size_cache
+        #: rows per block the loader sizes the chunk cache for; None: the dataset's own blocks
+        self.cache_block_rows = cache_rows
 
     @property
     def num_blocks(self) -> int:
         """Blocks in the whole dataset (the last one may be short)."""
+        if self.block_starts is not None:
+            return int(self.block_starts.size)
+        assert self.block_size is not None
         return -(-self.data_len // self.block_size)
 
     def _order(self) -> npt.NDArray[np.int64]:
         blocks = np.arange(self.num_blocks, dtype=np.int64)
         if self.shuffle:
             blocks = self._rng(0).permutation(blocks)
+        if self.block_starts is not None:
+            return self._order_of_starts(self.block_starts, blocks)
+        assert self.block_size is not None
+        rank, per_rank = self._layout()[0], self._per_rank  # (0, all) while accelerate splits
         whole = _fit_length(block_order(self.data_len, self.block_size, blocks), self.total_size)
-        mine = whole[self.rank * self._per_rank : (self.rank + 1) * self._per_rank]
+        mine = whole[rank * per_rank : (rank + 1) * per_rank]
         if self.shuffle:
             window = self.window_chunks * self.block_size
-            mine = window_shuffle(mine, window, self._rng(1 + self.rank))
+            mine = window_shuffle(mine, window, self._rng(1 + rank))
+        if self.num_workers > 1 and self.batch_size is not None:
+            mine = deal_batches(mine, self.batch_size, self.num_workers)
+        return mine
+
+    def _order_of_starts(
+        self, starts: npt.NDArray[np.int64], blocks: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        lengths = np.diff(np.append(starts, self.data_len))
+        rank, per_rank, total = self._layout()[0], self._per_rank, self.total_size
+        whole = _fit_length(starts_order(starts, lengths, blocks), total)
+        lo, hi = rank * per_rank, (rank + 1) * per_rank
+        mine = whole[lo:hi]
+        if self.shuffle:
+            ends = np.cumsum(lengths[blocks])  # block ends in the (cyclically padded) order
+            cycles = -(-total // max(1, self.data_len))
+            ends = (ends + self.data_len * np.arange(cycles)[:, None]).ravel()
+            inside = ends[(ends > lo) & (ends < hi)] - lo  # block borders within this part
+            mine = window_shuffle_at(
+                mine, inside[self.window_chunks - 1 :: self.window_chunks], self._rng(1 + rank)
+            )
         if self.num_workers > 1 and self.batch_size is not None:
             mine = deal_batches(mine, self.batch_size, self.num_workers)
         return mine
@@ -150,8 +205,13 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         return np.random.default_rng([self.seed & mask, self.epoch & mask, stream, 0x43485346])
 
     def __repr__(self) -> str:
+        blocks = (
+            f"block_size={self.block_size}"
+            if self.block_starts is None
+            else f"num_blocks={self.num_blocks} (varying)"
+        )
         return (
-            f"ChunkShuffleSampler(data_len={self.data_len}, block_size={self.block_size}, "
+            f"ChunkShuffleSampler(data_len={self.data_len}, {blocks}, "
             f"window_chunks={self.window_chunks}, rank={self.rank}, "
             f"world_size={self.world_size}, seed={self.seed}, shuffle={self.shuffle}, "
             f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank}, "
@@ -165,6 +225,28 @@ def block_order(n: int, block: int, blocks: npt.NDArray[np.int64]) -> npt.NDArra
     lengths = np.minimum(block, n - starts)
     first_position = np.cumsum(lengths) - lengths
     return np.repeat(starts - first_position, lengths) + np.arange(n, dtype=np.int64)
+
+
+def starts_order(
+    starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], blocks: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Return every row block by block, blocks (given by first row and length) in that order."""
+    chosen = lengths[blocks]
+    first_position = np.cumsum(chosen) - chosen
+    return np.repeat(starts[blocks] - first_position, chosen) + np.arange(
+        int(chosen.sum()), dtype=np.int64
+    )
+
+
+def window_shuffle_at(
+    order: npt.NDArray[np.int64], cuts: npt.NDArray[np.int64], rng: np.random.Generator
+) -> npt.NDArray[np.int64]:
+    """Shuffle ``order`` within the windows that positions ``cuts`` (increasing) separate."""
+    out = np.empty_like(order)
+    bounds = np.concatenate(([0], cuts, [order.size])).tolist()
+    for lo, hi in itertools.pairwise(bounds):  # O(n); windows are few
+        out[lo:hi] = rng.permutation(order[lo:hi])
+    return out
 
 
 def window_shuffle(
@@ -215,7 +297,7 @@ def _length(dataset: Any) -> int:
 def _block_size(dataset: Any, block_size: int | None) -> int:
     if block_size is not None:
         return check_positive_int("block_size", block_size)
-    if isinstance(dataset, (int, np.integer)) or not hasattr(dataset, "chunk_rows"):
+    if not isinstance(dataset, ChunkAware):
         raise TypeError(
             f"{type(dataset).__name__} has no chunk_rows: pass block_size=<rows per chunk>"
         )
@@ -223,37 +305,52 @@ def _block_size(dataset: Any, block_size: int | None) -> int:
     return 1 if rows is None else check_positive_int("chunk_rows", rows)
 
 
-def _default_window(dataset: Any, block: int) -> int:
-    need = getattr(dataset, "window_cache_nbytes", None)
-    budget = getattr(dataset, "chunk_cache_nbytes", None)
-    if not callable(need) or not isinstance(budget, int):
+def _block_starts(
+    dataset: Any, block_size: int | None, block_starts: Any, data_len: int
+) -> tuple[npt.NDArray[np.int64] | None, bool]:
+    """Return ``(starts, from_the_dataset)``; starts None means fixed-size blocks."""
+    own = block_starts is None and block_size is None
+    if own and isinstance(dataset, VariableBlocks):
+        block_starts = dataset.block_starts
+    if block_starts is None:
+        return None, False
+    if block_size is not None:
+        raise ValueError(
+            f"block_size={block_size!r} and block_starts are exclusive: pass one of them"
+        )
+    return _check_starts(block_starts, data_len), own
+
+
+def _check_starts(block_starts: Any, data_len: int) -> npt.NDArray[np.int64]:
+    arr = np.asarray(block_starts)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise TypeError(
+            f"block_starts must be a 1-d array of integers, got shape {arr.shape} "
+            f"and dtype {arr.dtype}"
+        )
+    starts = arr.astype(np.int64)
+    if data_len == 0:
+        if starts.size:
+            raise ValueError(f"block_starts must be empty for an empty dataset, got {starts.size}")
+        return starts
+    if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0):
+        raise ValueError(
+            "block_starts must be strictly increasing and start at 0, got "
+            f"{starts[:6].tolist()}{' …' if starts.size > 6 else ''}"
+        )
+    if starts[-1] >= data_len:
+        raise ValueError(
+            f"block_starts holds {int(starts[-1])}, outside a dataset of length {data_len}"
+        )
+    return starts
+
+
+def _default_window(dataset: Any, block: int | None) -> int:
+    if not isinstance(dataset, ChunkAware):
         return 32
-    per_block = int(need(block, 1))
+    per_block = int(dataset.window_cache_nbytes(block, 1))
     if per_block == 0:  # no chunk cache involved (contiguous or memory-mapped reads)
         return MAX_WINDOW_CHUNKS
-    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, budget // per_block - 2))
-
-
-def _fit_cache(dataset: Any, block: int, blocks: int) -> None:
-    need_fn = getattr(dataset, "window_cache_nbytes", None)
-    resize = getattr(dataset, "set_chunk_cache", None)
-    budget = getattr(dataset, "chunk_cache_nbytes", None)
-    if not callable(need_fn) or not callable(resize) or not isinstance(budget, int):
-        return
-    need = int(need_fn(block, blocks))
-    if need <= budget:
-        return
-    resize(need)
-    log = _LOG.warning if need > _BIG_CACHE else _LOG.info
-    log(
-        "ChunkShuffleSampler: chunk cache of %r grown from %d to %d bytes per key so a window "
-        "of %d blocks of %d rows stays decoded%s",
-        dataset,
-        budget,
-        need,
-        blocks,
-        block,
-        " (per DataLoader worker: pass a smaller window_chunks to use less memory)"
-        if need > _BIG_CACHE
-        else "",
-    )
+    budget = dataset.chunk_cache_nbytes
+    # half of what the cache holds: the reader decodes the next window while this one is served
+    return min(MAX_WINDOW_CHUNKS, max(MIN_WINDOW_CHUNKS, (budget // per_block - 2) // 2))

@@ -12,24 +12,28 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from ._combined_batch import check_float_dtype, read_rows, split_batch, to_batch
-from ._combined_index import build_index
-from ._combined_loader import create_optimized_dataloader
-from ._field_schema import field_list, resolve_field_names
-from ._file_pool import FilePool
-from ._filter_spec import FilterSpec
-from ._indices import IndexArray, as_index_array, normalize_index
-from ._lru import SampleCache
-from ._source import FileOptions, LockingMode
-from ._validate import check_non_negative_int
+from .._validate import check_choice, check_non_negative_int, check_positive_int
+from ..distributed import World
+from ._combined.batch import check_float_dtype, read_rows, split_batch, to_batch
+from ._combined.cache import SampleCache
+from ._combined.fields import field_list, resolve_field_names, with_field_keys
+from ._combined.file_pool import FilePool
+from ._combined.filters import FilterSpec
+from ._combined.index import build_index
+from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
+from ._io.indices import IndexArray, as_index_array, normalize_index
+from ._io.process import PerProcess
+from ._io.source import FileOptions, LockingMode
+from .loader import batched_loader
+from .samplers import DistributedEpochSampler, EvenMode
 
 __all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
 
@@ -41,7 +45,6 @@ PathLike = str | os.PathLike[str]
 class _ProcessState:
     """What each process keeps for itself: its sample cache and its counters."""
 
-    pid: int
     cache: SampleCache | None
     hits: int = 0
     misses: int = 0
@@ -60,7 +63,9 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
 
     Fields are logical names mapped to dataset paths (default: the name itself): ``fhr_st``,
     ``fhr_ph``, ``target`` (one-hot, ``(N, C)`` or ``(N, T, C)``), ``weight``, ``guid``,
-    ``cs_label``, ``bg_label``, ``epoch``; ``field_names`` renames them or adds others. Every
+    ``cs_label``, ``bg_label``, ``epoch``; ``field_names`` renames them or adds others. A path
+    may name one column of a compound (table) dataset, ``"<dataset>:<field>"``, in
+    ``field_names`` or directly as a ``load_fields`` entry (``"df/table:values_block_0"``). Every
     field of a file has the file's length ``N``; files may differ in ``N``.
 
     Required fields: each ``load_fields`` entry, every field an active filter reads (``guid``,
@@ -183,8 +188,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             time_axis=time_axis,
             where=where,
         )
-        keys = resolve_field_names(field_names)
         fields = field_list(load_fields)
+        keys = with_field_keys(resolve_field_names(field_names), fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
         options = FileOptions(
@@ -198,8 +203,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             self._pool.close()
         self.filters = spec.active()
         self._pin = self.pin_memory and _cuda_pinning_available()
-        self._lock = threading.Lock()
-        self._state: _ProcessState | None = None
+        self._lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+        self._state: PerProcess[_ProcessState] = PerProcess()
 
     @property
     def paths(self) -> list[str]:
@@ -232,16 +237,25 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         idx = as_index_array(indices, len(self))
         return split_batch(self._batch(idx), idx.size)
 
+    @property
+    def _cache(self) -> Sized:
+        """This process's sample cache; ``len()`` is the samples it holds.
+
+        Kept for the seed's ``len(dataset._cache)``; ``get_stats()["cache_size"]`` says the same.
+        """
+        cache = self._local().cache
+        return () if cache is None else cache
+
     def clear_cache(self) -> None:
         """Empty this process's sample cache (the counters are kept)."""
-        with self._lock:
+        with self._lock.get():
             state = self._local()
             if state.cache is not None:
                 state.cache.clear()
 
     def get_stats(self) -> dict[str, Any]:
         """Return sizes, filter counts, and this process's cache and read counters."""
-        with self._lock:
+        with self._lock.get():
             state = self._local()
             cached = 0 if state.cache is None else len(state.cache)
             open_files = len(self._pool.open_files)
@@ -268,7 +282,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
 
     def close(self) -> None:
         """Close every file this process has open (later reads reopen them)."""
-        with self._lock:
+        with self._lock.get():
             self._pool.close()
 
     def __enter__(self) -> CombinedHDF5Dataset:
@@ -278,15 +292,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         self.close()
 
     def _local(self) -> _ProcessState:
-        state = self._state
-        if state is None or state.pid != os.getpid():
-            fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
-            cache = SampleCache(self.cache_size, fields) if self.cache_size else None
-            state = self._state = _ProcessState(os.getpid(), cache)
-        return state
+        return self._state.get_or_make(self._new_state)
+
+    def _new_state(self) -> _ProcessState:
+        fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
+        return _ProcessState(SampleCache(self.cache_size, fields) if self.cache_size else None)
 
     def _batch(self, idx: IndexArray) -> dict[str, Any]:
-        with self._lock:
+        with self._lock.get():
             arrays = self._fetch(idx)
         pin = self._pin and get_worker_info() is None
         return to_batch(arrays, self._plan.fields, self.dtype, pin)
@@ -308,15 +321,6 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         state.bytes_read += nbytes
         return arrays
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_lock=None, _state=None)  # a new process starts with its own cache
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         filters = ", ".join(self.filters) or "none"
         return (
@@ -325,6 +329,91 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             f"filters=[{filters}], cache_size={self.cache_size}, "
             f"open_files={len(self._pool.open_files)})"
         )
+
+
+def create_optimized_dataloader(
+    hdf5_files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    batch_size: int,
+    num_workers: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+    even: EvenMode = "pad",
+    pin_memory: bool | None = None,
+    persistent_workers: bool | None = None,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+    timeout: float = 0.0,
+    **dataset_kwargs: Any,
+) -> DataLoader[Any]:
+    """Return a DataLoader of stacked batches from ``CombinedHDF5Dataset(hdf5_files, ...)``.
+
+    The sampler is a ``DistributedEpochSampler``: each epoch one permutation (a pure function
+    of ``seed`` and the epoch), dealt round-robin to the ranks. Call
+    ``loader.sampler.set_epoch(epoch)`` before each epoch to reshuffle. Per epoch, with ``N``
+    samples and ``W`` ranks:
+
+    * ``even="pad"`` (default): every rank gets ``ceil(N / W)`` samples. Together they cover
+      all ``N``; the ``ceil(N / W) * W - N <= W - 1`` extra places repeat the first samples of
+      the epoch's permutation once each (the only overlap between ranks).
+    * ``even="drop"``: every rank gets ``floor(N / W)`` samples, pairwise disjoint; the last
+      ``N mod W`` samples of the permutation (different ones each epoch) are skipped.
+
+    Every rank therefore runs the same number of batches. Batches are read whole by the dataset
+    (``batched_loader``): a dict of stacked tensors, strings as lists of ``str``.
+
+    Args:
+        hdf5_files: One path or a sequence of paths.
+        batch_size: Samples per batch on each rank.
+        num_workers: DataLoader workers per rank. None picks
+            ``min(8, cores // ranks on this node)`` (cores this process may run on; ranks
+            from ``LOCAL_WORLD_SIZE``, else ``world_size``).
+        rank: This rank (detected from ``torch.distributed`` / the environment when None).
+        world_size: Number of ranks (detected when None).
+        shuffle: Shuffle anew each epoch (False keeps file order, still dealt round-robin).
+        seed: Shuffle seed, the same on every rank.
+        drop_last: Drop each rank's last incomplete batch.
+        even: ``"pad"`` or ``"drop"`` (see above).
+        pin_memory: Pin batches for CUDA (default: when CUDA is available; without CUDA,
+            True is a no-op, logged once).
+        persistent_workers: Keep workers between epochs (default: when ``num_workers > 0``).
+        prefetch_factor: Batches prefetched per worker (only with workers; torch's default 2).
+        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None.
+        timeout: Seconds to wait for a batch from a worker (0: forever).
+        **dataset_kwargs: Any ``CombinedHDF5Dataset`` argument except ``paths`` and
+            ``pin_memory`` (``load_fields``, filters, ``cache_size``, ``dtype``, …).
+
+    Raises:
+        TypeError: an unknown keyword (the message lists the valid ones).
+        ValueError: no sample survives the filters, or options that need workers without them.
+    """
+    check_dataset_kwargs(dataset_kwargs, CombinedHDF5Dataset, create_optimized_dataloader)
+    check_positive_int("batch_size", batch_size)
+    check_choice("even", even, ("pad", "drop"))
+    world = World.detect(rank=rank, world_size=world_size)  # fail before reading any file
+    workers = choose_workers(num_workers, world.world_size)
+    options = loader_options(workers, pin_memory, persistent_workers, prefetch_factor)
+    if workers:
+        options.update(multiprocessing_context=multiprocessing_context, timeout=timeout)
+    # batches are pinned by the DataLoader (after the workers), not by the dataset
+    dataset = CombinedHDF5Dataset(hdf5_files, pin_memory=False, **dataset_kwargs)
+    if len(dataset) == 0:
+        raise ValueError(
+            "no sample is left after the filters "
+            f"(removed per filter: {dataset.get_stats()['removed_by_filter']}); nothing to load"
+        )
+    sampler = DistributedEpochSampler(
+        len(dataset),
+        seed=seed,
+        shuffle=shuffle,
+        rank=world.rank,
+        world_size=world.world_size,
+        even=even,
+    )
+    return batched_loader(dataset, batch_size, sampler=sampler, drop_last=drop_last, **options)
 
 
 def _check_bool(name: str, value: Any) -> bool:

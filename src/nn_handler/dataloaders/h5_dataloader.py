@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ._indices import is_scalar_index
-from ._reader import RowReader
-from ._source import FileOptions, H5Source, LockingMode, close_inherited_sources
-from ._tensors import check_tensor_dtype, to_tensor
-from ._validate import check_callable, check_key, numpy_dtype
+from .._validate import check_callable, check_key, numpy_dtype
+from ._io.columns import Column, apply, collect, label_map_from
+from ._io.field_reader import Reader, open_reader
+from ._io.h5types import as_str_array
+from ._io.indices import is_scalar_index
+from ._io.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from ._io.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
@@ -35,6 +37,15 @@ class H5LazyDataset(Dataset[Sample]):
     ``y_dtype`` first, then passed to ``transform`` / ``target_transform``. A sequence, array or
     slice of indices returns the whole batch stacked (``x`` of shape ``(n, ...)``), and
     ``__getitems__`` lets ``DataLoader`` fetch a batch with one read per key.
+
+    Keys are dataset paths, or ``"<dataset>:<field>"`` for one field (column) of a compound
+    dataset such as a pandas / PyTables table (``"df/table:values_block_0"``); a fixed-size
+    array field adds its shape to each sample. String datasets (fixed or variable length)
+    return ``str`` (a list of ``str`` for a batch), or class indices (``int64``) with
+    ``classes=`` / ``label_map=``. Variable-length numeric rows (an encoded JPEG/PNG per row,
+    stored as vlen ``uint8``) return one 1-d tensor per sample; decode them in ``transform``
+    (``nn_handler.dataloaders.transforms.decode_image``). A batch of values that differ in
+    shape (or are not tensors) is returned as a list instead of a stacked tensor.
 
     Args:
         path: Path of the HDF5 file (or a picklable, seekable binary file object).
@@ -56,13 +67,24 @@ class H5LazyDataset(Dataset[Sample]):
             directory (external links, external storage, virtual-dataset sources). Off by
             default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
             any readable file, e.g. ``/etc/passwd``, as samples).
+        classes: For string targets: the class names in index order (``["cat", "dog"]``), or
+            ``"auto"`` for every stored label, sorted (read once, at construction). Targets
+            are then ``int64`` class indices, ready for ``CrossEntropyLoss``.
+        label_map: For string targets: ``{label: class index}`` (instead of ``classes``).
+
+    Attributes:
+        label_map: ``{label: class index}`` used for string targets, or None.
+        classes: Class names in index order (None without a label map).
 
     Raises:
         FileNotFoundError: the file does not exist.
         OSError: the file is not HDF5.
         KeyError: a key is missing; the message lists the datasets in the file.
         ValueError: x and y differ in length, or a key names a scalar dataset.
-        TypeError: a dataset's dtype cannot become a tensor.
+        TypeError: a dataset's dtype cannot become samples (the message says what cast or
+            key would work), or ``classes`` / ``label_map`` are given for numeric targets.
+        RuntimeError: a dataset is compressed with a filter that cannot be decoded here (the
+            message names the filter and the package that provides it).
 
     Example:
         >>> ds = H5LazyDataset("data.h5", "images", "labels", x_dtype=np.float32)
@@ -88,6 +110,8 @@ class H5LazyDataset(Dataset[Sample]):
         *,
         locking: LockingMode = "best-effort",
         allow_external_files: bool = False,
+        classes: Sequence[str] | str | None = None,
+        label_map: Mapping[str, int] | None = None,
     ) -> None:
         check_key("x_key", x_key, optional=False)
         check_key("y_key", y_key, optional=True)
@@ -101,20 +125,47 @@ class H5LazyDataset(Dataset[Sample]):
             rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
         )
         self._source = H5Source(path, options)
-        self._x = RowReader(self._source, x_key, arg="x_key")
-        check_tensor_dtype("x_key", x_key, self._x.dtype, self.x_dtype)
-        self._y: RowReader | None = None
-        if y_key is not None:
-            self._y = RowReader(self._source, y_key, arg="y_key")
-            check_tensor_dtype("y_key", y_key, self._y.dtype, self.y_dtype)
-            if self._y.length != self._x.length:
-                raise ValueError(
-                    f"x_key={x_key!r} has {self._x.length} samples but y_key={y_key!r} has "
-                    f"{self._y.length}; both need the same length along axis 0"
-                )
-        # Hold no handle until a process reads: forked workers then inherit nothing, and a
-        # plain h5py.File on the same path in this process does not clash with our SWMR open.
-        self._source.close()
+        try:
+            self._build_readers(x_key, y_key, classes, label_map)
+        finally:
+            # Hold no handle until a process reads: forked workers then inherit nothing, and a
+            # plain h5py.File on the same path in this process does not clash with our SWMR open.
+            self._source.close()
+
+    def _build_readers(
+        self,
+        x_key: str,
+        y_key: str | None,
+        classes: Sequence[str] | str | None,
+        label_map: Mapping[str, int] | None,
+    ) -> None:
+        self._x = open_reader(self._source, x_key, arg="x_key")
+        self._x_col = _column(self._x, "x", self.x_dtype, None)
+        self._y: Reader | None = None
+        self._y_col: Column | None = None
+        if y_key is None:
+            if classes is not None or label_map is not None:
+                raise TypeError("classes= / label_map= map string targets: pass a y_key")
+            self.label_map = None
+            return
+        self._y = open_reader(self._source, y_key, arg="y_key")
+        if self._y.length != self._x.length:
+            raise ValueError(
+                f"x_key={x_key!r} has {self._x.length} samples but y_key={y_key!r} has "
+                f"{self._y.length}; both need the same length along axis 0"
+            )
+        y = self._y
+        self.label_map = label_map_from(
+            classes, label_map, lambda: as_str_array(y.read_range(0, y.length)).ravel().tolist()
+        )
+        self._y_col = _column(y, "y", self.y_dtype, self.label_map)
+
+    @property
+    def classes(self) -> list[str] | None:
+        """Class names in index order (for string targets with a label map), or None."""
+        if self.label_map is None:
+            return None
+        return sorted(self.label_map, key=self.label_map.__getitem__)
 
     @property
     def path(self) -> str:
@@ -140,6 +191,16 @@ class H5LazyDataset(Dataset[Sample]):
     def is_open(self) -> bool:
         """True when this process holds an open file handle."""
         return self._source.is_open
+
+    @property
+    def reads_release_gil(self) -> bool:
+        """True when batches are read outside the GIL.
+
+        Every key is memory-mapped or decoded by our codecs, and there are no transforms:
+        ``batched_loader(worker_mode="auto")`` then serves batches from threads.
+        """
+        no_transforms = self.transform is None and self.target_transform is None
+        return no_transforms and all(r.releases_gil for r in self._readers())
 
     @property
     def chunk_cache_nbytes(self) -> int:
@@ -175,15 +236,41 @@ class H5LazyDataset(Dataset[Sample]):
         for reader in self._readers():
             reader.clear_cache()
 
-    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
+    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
         """Chunk-cache bytes per key that keep ``blocks`` row blocks of ``block_rows`` decoded.
 
-        Used by ``ChunkShuffleSampler`` to size the cache for its shuffle window. Zero when no
-        key needs a chunk cache (contiguous or memory-mapped data).
+        Used by ``batched_loader`` to size the cache for a chunk sampler's shuffle window
+        (``block_rows=None``: blocks of ``chunk_rows``). Zero when no key needs a chunk cache
+        (contiguous or memory-mapped data).
         """
-        return max(reader.window_cache_nbytes(block_rows, blocks) for reader in self._readers())
+        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
+        return max(reader.window_cache_nbytes(rows, blocks) for reader in self._readers())
 
-    def _readers(self) -> list[RowReader]:
+    def plan_window(self, block_rows: int | None, blocks: int) -> None:
+        """Size each key's decoded-chunk window for ``blocks`` row blocks read at a time.
+
+        ``batched_loader`` calls this with a chunk sampler's shuffle window, so a process keeps
+        about two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
+        """
+        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
+        for reader in self._readers():
+            reader.plan_window(rows, blocks)
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows ``batched_loader`` announces ahead of reading them (see ``prefetch``)."""
+        return max(reader.readahead_rows for reader in self._readers())
+
+    def prefetch(self, indices: Any) -> None:
+        """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
+
+        ``batched_loader`` calls this a window ahead when batches are read in this process
+        (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
+        """
+        for reader in self._readers():
+            reader.prefetch(indices)
+
+    def _readers(self) -> list[Reader]:
         return [self._x] if self._y is None else [self._x, self._y]
 
     def __len__(self) -> int:
@@ -197,10 +284,10 @@ class H5LazyDataset(Dataset[Sample]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
-        xs = self._split(self._x, indices, self.x_dtype, self.transform)
-        if self._y is None:
+        xs = apply(self.transform, self._x_col.samples(self._x.read(indices)))
+        if self._y is None or self._y_col is None:
             return xs
-        ys = self._split(self._y, indices, self.y_dtype, self.target_transform)
+        ys = apply(self.target_transform, self._y_col.samples(self._y.read(indices)))
         return list(zip(xs, ys, strict=True))
 
     def close(self) -> None:
@@ -214,38 +301,30 @@ class H5LazyDataset(Dataset[Sample]):
         self.close()
 
     def _sample(self, index: Any) -> Any:
-        x = _convert(self._x.read_row(index), self.x_dtype, self.transform)
-        if self._y is None:
+        x = self._x_col.read_one(self._x, index)
+        x = x if self.transform is None else self.transform(x)
+        if self._y is None or self._y_col is None:
             return x
-        return x, _convert(self._y.read_row(index), self.y_dtype, self.target_transform)
+        y = self._y_col.read_one(self._y, index)
+        return x, y if self.target_transform is None else self.target_transform(y)
 
     def _batch(self, indices: Any) -> Any:
-        x = self._stack(self._x, indices, self.x_dtype, self.transform)
-        if self._y is None:
+        x = self._stack(self._x, self._x_col, indices, self.transform)
+        if self._y is None or self._y_col is None:
             return x
-        return x, self._stack(self._y, indices, self.y_dtype, self.target_transform)
+        return x, self._stack(self._y, self._y_col, indices, self.target_transform)
 
     @staticmethod
     def _stack(
-        reader: RowReader,
-        indices: Any,
-        dtype: np.dtype[Any] | None,
-        fn: Callable[[Any], Any] | None,
+        reader: Reader, column: Column, indices: Any, fn: Callable[[Any], Any] | None
     ) -> Any:
-        batch = to_tensor(reader.read(indices), dtype)
+        if fn is None and column.kind.kind == "numeric":
+            # numbers: read (and cast) in place, in shared memory inside worker processes
+            return read_batch(reader, indices, column.cast)
+        rows = reader.read(indices)
         if fn is None:
-            return batch
-        return torch.stack([fn(row) for row in batch.unbind(0)])
-
-    @staticmethod
-    def _split(
-        reader: RowReader,
-        indices: Any,
-        dtype: np.dtype[Any] | None,
-        fn: Callable[[Any], Any] | None,
-    ) -> list[Any]:
-        rows = to_tensor(reader.read(indices), dtype).unbind(0)
-        return list(rows) if fn is None else [fn(row) for row in rows]
+            return column.batch(rows)
+        return collect([fn(value) for value in column.samples(rows)])
 
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {_describe(self._x, self.x_dtype)}"]
@@ -266,12 +345,19 @@ def h5_worker_init_fn(_worker_id: int) -> None:
     close_inherited_sources()
 
 
-def _convert(row: np.ndarray[Any, Any], dtype: Any, fn: Callable[[Any], Any] | None) -> Any:
-    tensor = to_tensor(row, dtype)
-    return tensor if fn is None else fn(tensor)
+def _column(reader: Reader, which: str, cast: Any, label_map: Mapping[str, int] | None) -> Column:
+    return Column(
+        f"{which}_key",
+        reader.key,
+        reader.dtype,
+        reader.row_shape,
+        cast,
+        f"{which}_dtype",
+        label_map,
+    )
 
 
-def _describe(reader: RowReader, cast: np.dtype[Any] | None) -> str:
+def _describe(reader: Reader, cast: np.dtype[Any] | None) -> str:
     shape = (reader.length, *reader.row_shape)
     dtype = str(reader.dtype) + (f"->{cast}" if cast is not None else "")
     return f"{shape} {dtype} [{reader.strategy}]"

@@ -14,18 +14,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import h5py
 import torch
 from torch.utils.data import Dataset
 
-from ._attrs import LabelReader
-from ._collate import pad_collate
-from ._sample_files import index_files
-from ._sample_index import NamePattern, SampleIndex
-from ._sample_read import SampleReader
-from ._source import FileOptions, H5Source, LockingMode
-from ._tensors import to_tensor
-from ._validate import check_callable, check_int, format_names, numpy_dtype
+from .._validate import check_callable, check_int, format_names, numpy_dtype
+from ._io.attrs import LabelReader
+from ._io.errors import DataFileError
+from ._io.members import open_dataset_id
+from ._io.source import FileOptions, H5Source, LockingMode
+from ._io.tensors import to_tensor
+from ._io.whole import SampleReader
+from ._per_sample.collate import pad_collate
+from ._per_sample.files import index_files
+from ._per_sample.index import NamePattern, SampleIndex
 
 __all__ = ["H5SampleDataset", "pad_collate"]
 
@@ -197,9 +198,10 @@ class H5SampleDataset(Dataset[Sample]):
         return i + n if i < 0 else i
 
     def _open(self, file_no: int, name: bytes, where: Callable[[], str]) -> Any:
-        fid = self._sources[file_no].file.id
         try:
-            return h5py.h5d.open(fid, self._prefix + name)
+            return open_dataset_id(self._sources[file_no], self._prefix + name)
+        except DataFileError:
+            raise  # the file is damaged or changed: its own error says which
         except (KeyError, OSError, RuntimeError) as exc:
             raise KeyError(
                 f"sample {where()} cannot be opened as a dataset ({exc}); the file changed "

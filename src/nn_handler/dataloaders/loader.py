@@ -3,58 +3,173 @@
 ``DataLoader(dataset, batch_size=256)`` calls ``dataset.__getitems__`` and then collates the
 returned list of samples with ``torch.stack``: splitting a batch into samples and stacking it
 again caps throughput near 200k samples/s even for data already in RAM (see the benchmarks).
-``batched_loader`` instead samples *lists* of indices and lets the dataset return the stacked
-batch itself (``DataLoader(batch_size=None, sampler=BatchSampler(...))``), so the only copy is
-the read.
+``batched_loader`` instead puts the dataset behind a ``BatchedDataset`` view whose
+``__getitems__`` reads the whole batch with one ``dataset[indices]`` call and returns it stacked,
+so the only copy is the read.
+
+Otherwise the loader is an ordinary ``DataLoader(view, batch_size=..., sampler=...)``: the
+sampler is ``loader.sampler`` (wrapped in a ``ReadaheadSampler`` when the dataset decodes ahead),
+batches come from torch's ``BatchSampler``, and every framework that rebuilds loaders from their
+attributes (Lightning, accelerate, torchdata) sees the structure it expects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import Any
+import logging
+from collections.abc import Sequence, Sized
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
     Dataset,
+    DistributedSampler,
     RandomSampler,
     Sampler,
     SequentialSampler,
 )
 
-from ._validate import check_positive_int
+from .._validate import check_choice, check_non_negative_int, check_positive_int
+from . import _sharding
+from ._loader.readahead import ReadaheadSampler
+from ._loader.thread_loader import ThreadedDataLoader
+from ._protocols import (
+    ChunkAware,
+    ChunkWindowed,
+    RankSharded,
+    ReadsAhead,
+    Resumable,
+    indexes_batches,
+    is_rank_sharded,
+    set_epoch_once,
+    splits_across_ranks,
+)
+from .samplers import EpochShuffleSampler
 
-__all__ = ["EpochBatchSampler", "batched_loader"]
+__all__ = ["BatchedDataset", "EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
+
+_LOG = logging.getLogger(__name__)
+_BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning
+
+WorkerMode = Literal["process", "thread", "auto"]
+_WORKER_MODES: tuple[WorkerMode, ...] = ("process", "thread", "auto")
+# DataLoader keywords that only mean something for worker processes
+_PROCESS_ONLY = ("worker_init_fn", "multiprocessing_context", "persistent_workers", "timeout")
+
+
+class BatchedDataset(Dataset[Any]):
+    """A view of a batch-indexing dataset whose every DataLoader fetch reads one whole batch.
+
+    ``view[i]`` and ``len(view)`` are the dataset's; ``view.__getitems__(indices)`` returns
+    ``[dataset[indices]]`` (one stacked batch), which ``BatchedDataset.collate`` unwraps. Other
+    attributes are looked up on the dataset, so ``loader.dataset.close()`` and the like keep
+    working.
+
+    Args:
+        dataset: A dataset whose ``__getitem__`` accepts a list of indices and returns the
+            stacked batch (``supports_batch_indexing = True``, as every dataset here does).
+
+    Raises:
+        TypeError: the dataset cannot index batches.
+    """
+
+    def __init__(self, dataset: Dataset[Any]) -> None:
+        if not indexes_batches(dataset):
+            raise TypeError(
+                f"{type(dataset).__name__} does not index whole batches (no "
+                "supports_batch_indexing = True); use DataLoader(dataset, batch_size=...) instead"
+            )
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Return ``[dataset[indices]]``: the whole batch, read and stacked in one call."""
+        return [self.dataset[list(indices)]]
+
+    @staticmethod
+    def collate(batch: list[Any]) -> Any:
+        """``collate_fn`` for a ``BatchedDataset``: the batch its ``__getitems__`` stacked."""
+        return batch[0]
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset" or name.startswith("__"):  # unpickling, copy: not forwarded
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __repr__(self) -> str:
+        return f"BatchedDataset({self.dataset!r})"
 
 
 class EpochBatchSampler(BatchSampler):
     """A ``BatchSampler`` that forwards ``set_epoch`` and sampler state to the wrapped sampler.
 
     Training loops that call ``loader.sampler.set_epoch(epoch)`` keep working when the loader's
-    sampler yields batches.
+    sampler yields batches (``DataLoader(dataset, batch_size=None, sampler=EpochBatchSampler(
+    ...))``, and ``worker_mode="thread"`` loaders). Around a ``DistributedSampler`` (every
+    sampler of this library is one) the instance is a ``DistributedSampler`` too, so that
+    Lightning, which splits the batches of any other sampler across ranks, leaves it alone.
     """
+
+    def __new__(cls, sampler: Any = None, *args: Any, **kwargs: Any) -> EpochBatchSampler:
+        """Create the sampler (the distributed flavour around a ``DistributedSampler``)."""
+        # One class for users; the distributed flavour only changes what isinstance() says.
+        if cls is EpochBatchSampler and isinstance(sampler, DistributedSampler):
+            cls = _DistributedEpochBatchSampler
+        return super().__new__(cls)
 
     def set_epoch(self, epoch: int) -> None:
         """Call ``set_epoch(epoch)`` on the wrapped sampler when it has one."""
-        set_epoch = getattr(self.sampler, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
+        set_epoch_once([self.sampler], epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the wrapped sampler's state (empty when it keeps none)."""
-        state_dict = getattr(self.sampler, "state_dict", None)
-        return dict(state_dict()) if callable(state_dict) else {}
+        return dict(self.sampler.state_dict()) if isinstance(self.sampler, Resumable) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the wrapped sampler's state."""
-        load = getattr(self.sampler, "load_state_dict", None)
-        if callable(load):
-            load(state)
+        if isinstance(self.sampler, Resumable):
+            self.sampler.load_state_dict(state)
         elif state:
             raise ValueError(
                 f"{type(self.sampler).__name__} keeps no state, but state {state!r} was given"
             )
+
+
+class _DistributedEpochBatchSampler(EpochBatchSampler, DistributedSampler[list[int]]):
+    """An ``EpochBatchSampler`` around a ``DistributedSampler``: distributed itself.
+
+    ``DistributedSampler.__init__`` is not called; its attributes come from the wrapped sampler.
+    """
+
+    @property
+    def _inner(self) -> Any:
+        return self.sampler
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]  # read-only: the wrapped sampler's
+        """The wrapped sampler's rank."""
+        return int(self._inner.rank)
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]  # read-only: the wrapped sampler's
+        """The wrapped sampler's number of ranks."""
+        return int(self._inner.num_replicas)
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]  # read-only: the wrapped sampler's
+        """The wrapped sampler's epoch."""
+        return int(self._inner.epoch)
+
+    @property
+    def shards_indices(self) -> bool:
+        """Whether the wrapped sampler gives each rank its own part of the indices."""
+        return splits_across_ranks(self.sampler)
 
 
 def batched_loader(
@@ -65,32 +180,51 @@ def batched_loader(
     sampler: Sampler[int] | None = None,
     drop_last: bool = False,
     generator: torch.Generator | None = None,
+    worker_mode: WorkerMode = "process",
     **dataloader_kwargs: Any,
 ) -> DataLoader[Any]:
     """Return a DataLoader whose dataset reads and stacks each batch in one call.
+
+    The loader is ``DataLoader(BatchedDataset(dataset), batch_size, sampler=...,
+    collate_fn=BatchedDataset.collate)``: ``loader.sampler`` is the sampler of single indices
+    (in a ``ReadaheadSampler`` when the dataset decodes ahead in this process),
+    ``loader.dataset.dataset`` the dataset. ``worker_mode="thread"`` returns a
+    ``ThreadedDataLoader`` over an ``EpochBatchSampler`` instead.
+
+    A rank-sharded dataset (``RankMemCachedH5Dataset``) without a ``sampler`` gets its own
+    ``make_sampler()``, so every rank runs the same number of steps and Lightning / accelerate
+    see a sampler that already handles ranks; a sampler that splits such a dataset across ranks
+    again (``DistributedEpochSampler``, ``ChunkShuffleSampler``, torch's ``DistributedSampler``)
+    is refused.
 
     Args:
         dataset: A dataset whose ``__getitem__`` accepts a list of indices and returns the
             stacked batch (``supports_batch_indexing = True``, as every dataset here does).
         batch_size: Samples per batch.
-        shuffle: Shuffle with a ``RandomSampler`` (ignored when ``sampler`` is given).
+        shuffle: Shuffle (a ``RandomSampler``; for a rank-sharded dataset its
+            ``make_sampler(seed)`` with a seed drawn from ``generator`` or torch's RNG).
         sampler: Sampler of single indices (e.g. ``EpochShuffleSampler``); batches are cut
-            from its order.
+            from its order. A chunk-window sampler (``ChunkShuffleSampler``) gets the
+            dataset's chunk cache grown to hold its window, unless it says ``size_cache=False``.
         drop_last: Drop the last incomplete batch.
-        generator: Random generator for ``shuffle=True``.
+        generator: Random generator for ``shuffle=True`` and for the workers' base seed (as
+            ``DataLoader(generator=...)`` uses it).
+        worker_mode: What ``num_workers > 0`` starts: ``"process"`` (DataLoader worker
+            processes, the default), ``"thread"`` (that many threads of this process read
+            batches; no pickling, no copy between processes: best when reads run outside the
+            GIL, as memory-mapped gathers and our chunk decoding do), or ``"auto"`` (threads when
+            the dataset says its batch reads release the GIL, ``reads_release_gil``, and no
+            process-only keyword such as ``worker_init_fn`` is given; else processes).
         **dataloader_kwargs: Any other ``DataLoader`` keyword (``num_workers``,
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
 
     Raises:
         TypeError: the dataset cannot index batches, or a keyword would conflict.
-        ValueError: ``shuffle=True`` together with a ``sampler``.
+        ValueError: ``shuffle=True`` together with a ``sampler``, an unknown ``worker_mode``,
+            or a sampler that splits a rank-sharded dataset again.
     """
     check_positive_int("batch_size", batch_size)
-    if not getattr(dataset, "supports_batch_indexing", False):
-        raise TypeError(
-            f"{type(dataset).__name__} does not index whole batches "
-            "(no supports_batch_indexing = True); use DataLoader(dataset, batch_size=...) instead"
-        )
+    view = BatchedDataset(dataset)
     for key in ("batch_size", "batch_sampler", "collate_fn"):
         if key in dataloader_kwargs:
             raise TypeError(
@@ -98,8 +232,123 @@ def batched_loader(
             )
     if sampler is not None and shuffle:
         raise ValueError("shuffle=True and a sampler are exclusive; shuffle with the sampler")
+    sampler = _own_sampler(dataset, sampler, shuffle, generator)
+    threads = _use_threads(dataset, worker_mode, dataloader_kwargs)
+    if threads:
+        if sampler is None:
+            sized: Sized = dataset  # type: ignore[assignment]
+            sampler = (
+                RandomSampler(sized, generator=generator) if shuffle else SequentialSampler(sized)
+            )
+        return ThreadedDataLoader(
+            dataset,
+            EpochBatchSampler(_with_readahead(dataset, sampler, batch_size), batch_size, drop_last),
+            threads=dataloader_kwargs["num_workers"],
+            prefetch_factor=dataloader_kwargs.get("prefetch_factor") or 2,
+            pin_memory=bool(dataloader_kwargs.get("pin_memory", False)),
+        )
+    if not dataloader_kwargs.get("num_workers"):  # batches are read in this process
+        if sampler is None and not shuffle:
+            sampler = SequentialSampler(view)
+        if sampler is not None:
+            sampler = _with_readahead(dataset, sampler, batch_size)
+    return DataLoader(
+        view,
+        batch_size=batch_size,
+        shuffle=shuffle and sampler is None,
+        sampler=sampler,
+        drop_last=drop_last,
+        generator=generator,
+        collate_fn=BatchedDataset.collate,
+        **dataloader_kwargs,
+    )
+
+
+def _own_sampler(
+    dataset: Any, sampler: Sampler[int] | None, shuffle: bool, generator: torch.Generator | None
+) -> Sampler[int] | None:
+    """The sampler ``batched_loader`` reads by (None: the DataLoader's own), checked.
+
+    A rank-sharded dataset's own ``make_sampler()`` when none is given; refuses a sampler that
+    splits such a dataset again, tells an ``EpochShuffleSampler`` whose shard it serves, and
+    sizes the chunk cache for a chunk-window sampler.
+    """
+    shard = dataset if isinstance(dataset, RankSharded) and is_rank_sharded(dataset) else None
+    if sampler is None and shard is not None:
+        seed = int(torch.randint(0, 2**62, (), generator=generator).item()) if shuffle else 0
+        sampler = shard.make_sampler(seed=seed, shuffle=shuffle)
     if sampler is None:
-        sized: Sized = dataset  # type: ignore[assignment]
-        sampler = RandomSampler(sized, generator=generator) if shuffle else SequentialSampler(sized)
-    batches = EpochBatchSampler(sampler, batch_size, drop_last)
-    return DataLoader(dataset, batch_size=None, sampler=batches, **dataloader_kwargs)
+        return None
+    _sharding.check_not_resharded(dataset, sampler, "batched_loader")
+    if isinstance(sampler, EpochShuffleSampler) and sampler.shard_of is None and shard is not None:
+        sampler.shard_of = shard.world  # what the sampler serves: this rank's shard
+    fit_chunk_cache(dataset, sampler)
+    return sampler
+
+
+def fit_chunk_cache(dataset: object, sampler: object) -> None:
+    """Size ``dataset``'s chunk cache (and decoded window) for one window of ``sampler``.
+
+    A window of ``window_chunks`` blocks, plus the blocks at its two borders, must fit: a
+    smaller cache evicts chunks the window still needs, and they are decoded again. A dataset
+    that decodes ahead is told the window, so it keeps about two windows decoded instead of its
+    whole budget. Nothing happens unless the sampler walks chunk windows and the dataset has a
+    chunk cache; growing the cache also needs the sampler's ``size_cache``.
+    """
+    if not isinstance(sampler, ChunkWindowed) or not isinstance(dataset, ChunkAware):
+        return
+    rows = sampler.cache_block_rows
+    if isinstance(dataset, ReadsAhead):
+        dataset.plan_window(rows, sampler.window_chunks)
+    if not sampler.size_cache:
+        return
+    blocks, budget = sampler.window_chunks + 2, dataset.chunk_cache_nbytes
+    need = int(dataset.window_cache_nbytes(rows, blocks))
+    if need <= budget:
+        return
+    dataset.set_chunk_cache(need)
+    big = need > _BIG_CACHE
+    (_LOG.warning if big else _LOG.info)(
+        "chunk cache of %r grown from %d to %d bytes per key so a window of %d blocks of %s "
+        "rows stays decoded%s",
+        dataset,
+        budget,
+        need,
+        blocks,
+        "its own" if rows is None else rows,
+        " (per DataLoader worker: pass a smaller window_chunks to use less memory)" if big else "",
+    )
+
+
+def _with_readahead(dataset: Any, sampler: Sampler[int], batch_size: int) -> Sampler[int]:
+    """``sampler``, announcing its batches early to a dataset that decodes ahead.
+
+    Not around a ``RandomSampler``: Lightning and accelerate must still recognise (and replace
+    or synchronise) it.
+    """
+    if isinstance(sampler, RandomSampler) or not isinstance(dataset, ReadsAhead):
+        return sampler
+    if dataset.readahead_rows <= 0:
+        return sampler
+    ahead = -(-dataset.readahead_rows // batch_size)
+    return ReadaheadSampler(sampler, dataset.prefetch, ahead, batch_size)
+
+
+def _use_threads(dataset: Any, mode: WorkerMode, kwargs: dict[str, Any]) -> bool:
+    """Whether ``batched_loader`` serves batches from threads (see ``worker_mode``)."""
+    check_choice("worker_mode", mode, _WORKER_MODES)
+    workers = check_non_negative_int("num_workers", kwargs.get("num_workers", 0))
+    if mode == "process" or workers == 0:
+        return False
+    given = [key for key in _PROCESS_ONLY if kwargs.get(key) not in (None, False, 0)]
+    unknown = set(kwargs) - {"num_workers", "prefetch_factor", "pin_memory", *_PROCESS_ONLY}
+    if mode == "thread":
+        if given or unknown:
+            raise TypeError(
+                f"worker_mode='thread' reads batches in threads of this process; "
+                f"{', '.join(sorted([*given, *unknown]))} only apply to worker processes: "
+                "remove them or use worker_mode='process'"
+            )
+        return True
+    releases = isinstance(dataset, ReadsAhead) and dataset.reads_release_gil
+    return not given and not unknown and releases

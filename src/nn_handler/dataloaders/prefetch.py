@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any, cast
 
 import torch
+from torch.utils.data import DataLoader
 
-from ._tensors import check_device
-from ._validate import check_positive_int
+from .._validate import check_device, check_positive_int
+from ._protocols import set_epoch_once
 
 __all__ = ["DevicePrefetcher"]
 
@@ -64,13 +65,11 @@ class DevicePrefetcher:
 
     def set_epoch(self, epoch: int) -> None:
         """Forward ``set_epoch`` to the loader's batch sampler / sampler when it has one."""
-        owners: list[Any] = [self.loader, getattr(self.loader, "batch_sampler", None)]
-        for owner in owners:
-            for name in ("sampler", "batch_sampler"):
-                set_epoch = getattr(getattr(owner, name, None), "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(epoch)
-                    return
+        loader = self.loader
+        if isinstance(loader, DataLoader):
+            set_epoch_once((loader.batch_sampler, loader.sampler), epoch)
+        else:  # another prefetcher, or any iterable that forwards set_epoch itself
+            set_epoch_once((loader,), epoch)
 
     def __iter__(self) -> Iterator[Any]:
         if self.device.type == "cuda":

@@ -3,11 +3,14 @@
 The shard is read at construction, straight into its final buffer (``contiguous``: one slice of
 rows; ``interleave``: rows ``rank, rank + world_size, …``), after checking that it fits in
 available RAM (and in ``/dev/shm`` with ``share_memory=True``). From then on every sample and
-batch is served from memory: a batch is one ``index_select``, and nothing keeps the file open.
+batch is served from memory: a batch is one gather (NumPy ``take`` on the CPU), and nothing
+keeps the file open.
 
 Ranks whose shards differ by one sample would run a different number of steps and hang DDP;
 ``equal_steps`` (default ``"pad"``) fixes the samples every rank iterates per epoch, and
-``make_sampler()`` returns the sampler that honours it.
+``len(dataset)`` is that number on every rank, so any sampler over ``range(len(dataset))``
+(``EpochShuffleSampler(len(dataset))``, ``RandomSampler``, ``make_sampler()``) runs the same
+number of steps everywhere.
 
 ``EpochShuffleSampler``, ``_balanced_contiguous_shard`` and ``_interleaved_indices`` are
 re-exported here from ``samplers`` (users import them from this module).
@@ -24,13 +27,20 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from .._validate import (
+    check_callable,
+    check_choice,
+    check_device,
+    check_key,
+    format_bytes,
+    numpy_dtype,
+)
 from ..distributed import World
-from . import _memory
-from ._indices import as_index_array, is_scalar_index, normalize_index
-from ._shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
-from ._source import FileOptions, H5Source, LockingMode
-from ._tensors import check_device
-from ._validate import check_callable, check_choice, check_key, numpy_dtype
+from . import _sharding
+from ._io.indices import as_index_array, is_scalar_index, normalize_index
+from ._io.source import FileOptions, H5Source, LockingMode
+from ._rank_cache import memory as _memory
+from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
 
 __all__ = [
@@ -56,13 +66,17 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     ``__getitems__`` the list of samples, each gathered with one ``index_select``. Transforms,
     when given, run per sample on a copy (the cache is never modified).
 
-    Every rank iterates ``samples_per_rank`` samples per epoch when it uses
-    ``make_sampler()``: with ``equal_steps="pad"`` (default) shorter shards repeat some of
-    their own samples (``num_padded``), with ``"drop"`` longer shards leave some out
-    (``num_dropped``), with None each rank iterates its whole shard (unequal step counts: only
-    safe without DDP). More ranks than samples (an empty shard on some rank) raises
-    ``ValueError`` on every rank with ``equal_steps="pad"``, because an empty shard has nothing
-    to repeat; with ``"drop"`` or None the empty shard has length 0 and is logged.
+    Every rank iterates ``samples_per_rank`` samples per epoch, and ``len(dataset)`` is that
+    number on every rank. Shards differ by at most one row (``shard_size``); with
+    ``equal_steps="pad"`` (default) ``len`` is the largest shard's size and a shorter shard's
+    last positions repeat its first rows (``num_padded``: at most one per rank, at most
+    ``world_size - 1`` in all), with ``"drop"`` it is the smallest and a longer shard leaves
+    one row out (``num_dropped``), with None it is this rank's own ``shard_size`` (unequal step
+    counts: only safe without DDP). ``make_sampler()`` pads and drops with other samples each
+    epoch instead of fixed ones; positions ``0 <= i < max(len, shard_size)`` are all served.
+    More ranks than samples (an empty shard on some rank) raises ``ValueError`` on every rank
+    with ``equal_steps="pad"``, because an empty shard has nothing to repeat; with ``"drop"`` or
+    None the empty shard has length 0 and is logged.
 
     Args:
         path: Path of the HDF5 file.
@@ -190,6 +204,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         if device is not None and device.type != "cpu":
             self._move_to(device)
         self.is_pinned = pin_host_memory and self.x.device.type == "cpu" and self._pin()
+        _sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
 
     # -- construction ------------------------------------------------------------------------
 
@@ -231,7 +246,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         where = f"rank {world.rank}/{world.world_size}"
         self.log_fn(
             f"RankMemCachedH5Dataset: {where} cached {len(self.rows)} of {self.total} rows of "
-            f"{keys} ({self._rows_text()}): {_memory.format_bytes(nbytes)} in {seconds:.2f} s "
+            f"{keys} ({self._rows_text()}): {format_bytes(nbytes)} in {seconds:.2f} s "
             f"({rate:,.0f} MB/s)"
         )
         if len(self.rows) == 0:
@@ -243,8 +258,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             free, _ = torch.cuda.mem_get_info(device)
             if self.nbytes > free:
                 raise MemoryError(
-                    f"rank {self.world.rank}'s cache needs {_memory.format_bytes(self.nbytes)} "
-                    f"on {device} but {_memory.format_bytes(free)} is free; pass "
+                    f"rank {self.world.rank}'s cache needs {format_bytes(self.nbytes)} "
+                    f"on {device} but {format_bytes(free)} is free; pass "
                     "cache_device=None to keep it in host RAM, or use more ranks"
                 )
         self.x = self.x.to(device)
@@ -268,28 +283,44 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     # -- equal steps ---------------------------------------------------------------------------
 
     @property
+    def shard_size(self) -> int:
+        """Rows of the file in this rank's cache (``len(self)`` may pad or drop one)."""
+        return len(self.rows)
+
+    @property
     def samples_per_rank(self) -> int:
-        """Samples every rank iterates per epoch under ``equal_steps`` (``len(self)`` if None)."""
+        """Samples every rank iterates per epoch under ``equal_steps`` (``len(self)``)."""
         world = self.world.world_size
         if self.equal_steps == "pad":
             return -(-self.total // world)
         if self.equal_steps == "drop":
             return self.total // world
-        return len(self)
+        return self.shard_size
 
     @property
     def num_padded(self) -> int:
         """Samples this rank repeats per epoch to reach ``samples_per_rank``."""
-        return max(0, self.samples_per_rank - len(self))
+        return max(0, self.samples_per_rank - self.shard_size)
 
     @property
     def num_dropped(self) -> int:
         """Samples of this rank's shard left out per epoch to stay at ``samples_per_rank``."""
-        return max(0, len(self) - self.samples_per_rank)
+        return max(0, self.shard_size - self.samples_per_rank)
 
     def make_sampler(self, seed: int = 0, shuffle: bool = True) -> EpochShuffleSampler:
-        """Return an ``EpochShuffleSampler`` over this shard yielding ``samples_per_rank``."""
-        return EpochShuffleSampler(len(self), seed, shuffle, num_samples=self.samples_per_rank)
+        """Return an ``EpochShuffleSampler`` over this shard yielding ``samples_per_rank``.
+
+        It pads (or drops) with other samples of the shard each epoch, and knows that its data
+        is this rank's shard: Lightning leaves it alone, accelerate's ``prepare()`` is refused
+        (it would split the shard again), and using it under another world raises.
+        """
+        return EpochShuffleSampler(
+            self.shard_size,
+            seed,
+            shuffle,
+            num_samples=self.samples_per_rank,
+            shard_of=self.world,
+        )
 
     @property
     def shard_indices(self) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -304,12 +335,12 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     # -- serving -------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.samples_per_rank
 
     def __getitem__(self, index: Any) -> Any:
         """Return sample ``index``, or a stacked batch for a sequence / array / tensor / slice."""
         if is_scalar_index(index):
-            i = normalize_index(index, len(self))
+            i = normalize_index(index, self._extent()) % max(1, self.shard_size)
             x = _apply(self.transform, self.x[i].clone())
             if self.y is None:
                 return x
@@ -321,15 +352,23 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         return x, _gather(self.y, idx, self.target_transform, self._pin_batches())
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
-        """Return the samples at ``indices`` as a list, gathered with one ``index_select``."""
+        """Return the samples at ``indices`` as a list, gathered at once."""
         idx = self._index_tensor(indices)
         xs = _split(self.x, idx, self.transform)
         if self.y is None:
             return list(xs)
         return list(zip(xs, _split(self.y, idx, self.target_transform), strict=True))
 
+    def _extent(self) -> int:
+        """Positions served: ``len(self)`` (padded), or the whole shard when ``"drop"``."""
+        return max(len(self), self.shard_size)
+
     def _index_tensor(self, indices: Any) -> torch.Tensor:
-        idx = torch.from_numpy(as_index_array(indices, len(self)))
+        extent = len(self) if isinstance(indices, slice) else self._extent()
+        positions = as_index_array(indices, extent)
+        if extent > self.shard_size:  # padded positions repeat the shard's first rows
+            positions %= self.shard_size
+        idx = torch.from_numpy(positions)
         return idx if self.x.device.type == "cpu" else idx.to(self.x.device)
 
     def _pin_batches(self) -> bool:
@@ -368,6 +407,11 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         state.update(log_fn=_no_log, is_pinned=False)  # a copy is not registered with CUDA
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # a copy in another process (a DataLoader worker, a spawned rank) is a shard there too
+        _sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
+
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {self._describe[0]}"]
         if self.y_key is not None:
@@ -376,9 +420,10 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             f"mode={self.mode!r}",
             f"rank={self.world.rank}/{self.world.world_size}",
             f"{self._rows_text()}",
+            f"shard_size={self.shard_size}",
             f"len={len(self)}",
             f"equal_steps={self.equal_steps!r} ({self.samples_per_rank}/rank)",
-            f"{_memory.format_bytes(self.nbytes)}",
+            f"{format_bytes(self.nbytes)}",
             "shared" if self.is_shared else "not shared",
             "pinned" if self.is_pinned else "not pinned",
         ]
@@ -399,21 +444,48 @@ def _apply(fn: Callable[[Any], Any] | None, sample: torch.Tensor) -> Any:
     return sample if fn is None else fn(sample)
 
 
+def _select(cache: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> Any:
+    """Rows ``idx`` of ``cache``; on the CPU with NumPy's ``take``, in the calling thread.
+
+    ``torch.index_select`` splits a gather over torch's intra-op threads: on a machine busy with
+    other work (other ranks, DataLoader workers, decode threads) those threads oversubscribe the
+    cores and a batch gather ran 57x slower than with one thread. NumPy's ``take`` never spawns
+    threads, and into a fresh (or pinned) buffer it is as fast as the best single-thread gather.
+    """
+    source = _as_numpy(cache) if idx.device.type == "cpu" else None
+    if source is None:  # on a device, or a dtype NumPy lacks (bfloat16, float8, …)
+        return _index_select(cache, idx, out)
+    if out is None:
+        out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype)
+    # indices are checked already; mode="raise" would make numpy take into a copy first
+    np.take(source, idx.numpy(), axis=0, out=out.numpy(), mode="clip")
+    return out
+
+
+def _as_numpy(tensor: torch.Tensor) -> np.ndarray[Any, Any] | None:
+    if tensor.device.type != "cpu":
+        return None
+    try:
+        return tensor.numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
 def _gather(
     cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None, pinned: bool
 ) -> Any:
     if fn is not None:
-        return torch.stack([fn(row) for row in _index_select(cache, idx).unbind(0)])
+        return torch.stack([fn(row) for row in _select(cache, idx).unbind(0)])
     if not pinned:
-        return _index_select(cache, idx)
+        return _select(cache, idx)
     out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, pin_memory=True)
-    return _index_select(cache, idx, out)
+    return _select(cache, idx, out)
 
 
 def _split(
     cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None
 ) -> Sequence[Any]:
-    rows = _index_select(cache, idx).unbind(0)  # one gather, then views of its rows
+    rows = _select(cache, idx).unbind(0)  # one gather, then views of its rows
     return rows if fn is None else [fn(row) for row in rows]
 
 

@@ -11,6 +11,21 @@ Every sampler here:
 ``state_dict()["consumed"]`` counts indices *handed out* by this sampler. A DataLoader with workers
 prefetches ahead of training, so a training loop that checkpoints should store the number of
 samples it actually trained on under ``"consumed"`` (the key names are fixed).
+
+Training frameworks. Every sampler here is a ``torch.utils.data.DistributedSampler``: each already
+decides what this rank sees (``DistributedEpochSampler`` and ``ChunkShuffleSampler`` split the
+indices across ranks, ``EpochShuffleSampler`` serves a dataset that is this rank's shard), so
+Lightning and Fabric (``use_distributed_sampler=True``), which add a sampler of their own to any
+loader whose sampler is not a ``DistributedSampler``, leave them alone and call ``set_epoch``.
+accelerate's ``prepare()`` splits every loader's batches across processes itself; it first gives
+the sampler a shared ``generator``. Our samplers take that as the sign that accelerate splits:
+the splitting ones then hand accelerate the whole epoch (the same order on every process) and
+move to the next epoch on each new pass, while an ``EpochShuffleSampler`` over a rank-sharded
+dataset refuses (a shard cannot be split again without losing samples).
+
+The world (rank, world size) is looked up when the sampler is used, unless given: a sampler made
+before the process group exists (Lightning's ``ddp_spawn`` pickles it into each process) still
+splits by the world it runs in.
 """
 
 from __future__ import annotations
@@ -21,14 +36,18 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Sampler
+import torch
+from torch.utils.data import DistributedSampler
 
+from .._validate import check_choice, check_int, check_non_negative_int
 from ..distributed import World
-from ._validate import check_choice, check_int, check_non_negative_int
+from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_SEED
+from ._sharding import shard_world_of_length
 
 __all__ = [
     "DistributedEpochSampler",
     "EpochShuffleSampler",
+    "ShardSampler",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "epoch_permutation",
@@ -75,21 +94,87 @@ def _fit_length(order: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
     return np.resize(order, n)
 
 
-class _EpochSampler(Sampler[int]):
-    """Shared mechanics: epochs, resumable iteration, state, the repeated-epoch warning."""
+class _EpochSampler(DistributedSampler[int]):
+    """Shared mechanics: epochs, resumable iteration, state, the world, framework hooks.
+
+    ``DistributedSampler.__init__`` is not called: it needs a dataset and a process group, and
+    every attribute it would set is provided here (``num_replicas``, ``rank``, ``epoch``,
+    ``seed``, ``shuffle``, ``num_samples``, ``total_size``, ``drop_last``).
+    """
 
     _state_sizes: tuple[str, ...] = ()
 
-    def __init__(self, seed: int, shuffle: bool) -> None:
+    def __init__(
+        self, seed: int, shuffle: bool, rank: int | None = None, world_size: int | None = None
+    ) -> None:
         self.seed = check_int("seed", seed)
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
         self.shuffle = shuffle
+        self._rank_arg = None if rank is None else check_int("rank", rank)
+        self._world_arg = None if world_size is None else check_int("world_size", world_size)
+        World.detect(rank=rank, world_size=world_size)  # bad values fail here, not mid-training
         self.epoch = 0
         self._consumed = 0
         self._resume_from = 0
         self._last_pass_epoch: int | None = None
+        self._epoch_set = False
         self._warned = False
+        self._generator: torch.Generator | None = None
+        self._split_by: str | None = None
+
+    # -- the world ---------------------------------------------------------------------------
+
+    @property
+    def world(self) -> World:
+        """The world this sampler runs in: the given rank / world size, else detected now."""
+        return World.detect(rank=self._rank_arg, world_size=self._world_arg)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (given, or detected when the sampler is used)."""
+        return self.world.rank
+
+    @rank.setter
+    def rank(self, rank: int) -> None:
+        World.detect(rank=rank, world_size=self._world_arg)
+        self._rank_arg = rank
+
+    @property
+    def num_replicas(self) -> int:
+        """The number of ranks (``DistributedSampler``'s name for the world size)."""
+        return self.world.world_size
+
+    @num_replicas.setter
+    def num_replicas(self, world_size: int) -> None:
+        World.detect(rank=self._rank_arg, world_size=world_size)
+        self._world_arg = world_size
+
+    @property
+    def split_by(self) -> str | None:
+        """Who splits this sampler's order across processes besides itself (``"accelerate"``)."""
+        return self._split_by
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """None, until accelerate's ``prepare()`` installs the generator it keeps in sync.
+
+        accelerate does that only when it is about to split the loader's batches across its
+        processes, so setting it switches the sampler to hand out the whole epoch (see the
+        module docstring). The order itself never depends on this generator.
+        """
+        return self._generator
+
+    @generator.setter
+    def generator(self, generator: torch.Generator | None) -> None:
+        if generator is not None:
+            self._split_externally("accelerate")
+        self._generator = generator
+
+    def _split_externally(self, by: str) -> None:
+        self._split_by = by
+
+    # -- epochs and passes ---------------------------------------------------------------------
 
     def _order(self) -> npt.NDArray[np.int64]:
         raise NotImplementedError
@@ -106,19 +191,39 @@ class _EpochSampler(Sampler[int]):
         if epoch != self.epoch:
             self._resume_from = 0
         self.epoch = epoch
+        self._epoch_set = True
 
     def __iter__(self) -> Iterator[int]:
-        start, self._resume_from = self._resume_from, 0
-        if start == 0:
-            self._warn_if_repeated()
-        order = self._order()[start:].tolist()
+        # Nothing happens before the first index is taken: loaders (torchdata's, torch's with
+        # workers) call iter() more than once per epoch, and only a pass that runs counts.
+        start = self._resume_from
         self._consumed = start
-        return self._count(order)
+        return self._pass(start)
 
-    def _count(self, order: list[int]) -> Iterator[int]:
-        for index in order:
+    def _pass(self, start: int) -> Iterator[int]:
+        self._resume_from = 0
+        if start == 0:
+            self._begin_epoch()
+        else:  # the rest of a resumed epoch: a later pass over it is a repeat
+            self._last_pass_epoch, self._epoch_set = self.epoch, False
+        self._check_before_pass()
+        self._consumed = start
+        for index in self._order()[start:].tolist():
             self._consumed += 1
             yield index
+
+    def _begin_epoch(self) -> None:
+        if self._split_by is not None and self._last_pass_epoch == self.epoch:
+            if not self._epoch_set:
+                # accelerate splits batch_size=None loaders without calling set_epoch
+                self.epoch += 1
+        else:
+            self._warn_if_repeated()
+        self._last_pass_epoch = self.epoch
+        self._epoch_set = False
+
+    def _check_before_pass(self) -> None:
+        """Checks that need the world the pass runs in (subclasses)."""
 
     def _warn_if_repeated(self) -> None:
         if self.shuffle and self._last_pass_epoch == self.epoch and not self._warned:
@@ -127,13 +232,14 @@ class _EpochSampler(Sampler[int]):
                 f"{type(self).__name__} starts another pass over epoch {self.epoch} in the same "
                 "order: call sampler.set_epoch(epoch) before each epoch to reshuffle",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        self._last_pass_epoch = self.epoch
+
+    # -- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Return ``{"seed", "epoch", "consumed", <sizes>}`` (plain ints)."""
-        state = {"seed": self.seed, "epoch": self.epoch, "consumed": self._consumed}
+        state = {STATE_SEED: self.seed, STATE_EPOCH: self.epoch, STATE_CONSUMED: self._consumed}
         state.update({name: getattr(self, name) for name in self._state_sizes})
         return state
 
@@ -144,7 +250,7 @@ class _EpochSampler(Sampler[int]):
             KeyError / ValueError: keys are missing or unknown, or the sizes differ from this
                 sampler's (the state belongs to another dataset or world).
         """
-        expected = {"seed", "epoch", "consumed", *self._state_sizes}
+        expected = {STATE_SEED, STATE_EPOCH, STATE_CONSUMED, *self._state_sizes}
         if set(state) != expected:
             raise KeyError(
                 f"{type(self).__name__} state must have keys {sorted(expected)}, "
@@ -156,11 +262,11 @@ class _EpochSampler(Sampler[int]):
                     f"state was saved with {name}={state[name]!r} but this sampler has "
                     f"{name}={getattr(self, name)!r}"
                 )
-        consumed = check_non_negative_int("consumed", state["consumed"])
+        consumed = check_non_negative_int(STATE_CONSUMED, state[STATE_CONSUMED])
         if consumed > len(self):
             raise ValueError(f"consumed={consumed} exceeds the epoch length {len(self)}")
-        self.seed = check_int("seed", state["seed"])
-        self.epoch = check_non_negative_int("epoch", state["epoch"])
+        self.seed = check_int(STATE_SEED, state[STATE_SEED])
+        self.epoch = check_non_negative_int(STATE_EPOCH, state[STATE_EPOCH])
         self._resume_from = self._consumed = consumed
         self._last_pass_epoch = None
 
@@ -171,6 +277,14 @@ class _EpochSampler(Sampler[int]):
 class EpochShuffleSampler(_EpochSampler):
     """Shuffles a local (already sharded) dataset anew each epoch.
 
+    It splits nothing across ranks: under DDP it is meant for a dataset that holds only this
+    rank's shard (``RankMemCachedH5Dataset``, whose ``make_sampler()`` returns one). Over a
+    dataset that holds every sample, every rank would see all of it; the sampler says so once
+    (``UserWarning``, naming ``DistributedEpochSampler``) when a pass runs under a distributed
+    world (``check_world``), unless it knows its data is rank-sharded: from ``shard_of`` (set by
+    ``make_sampler()`` and by ``batched_loader``), or because a live ``RankMemCachedH5Dataset``
+    of this process has ``data_len`` samples.
+
     Args:
         data_len: Samples in the local dataset.
         seed: Base seed; the order is a pure function of ``(seed, epoch)``.
@@ -179,12 +293,26 @@ class EpochShuffleSampler(_EpochSampler):
             shard's own samples (cyclically in the epoch's order), fewer drops the tail; the
             counts are ``num_padded`` / ``num_dropped``. Used to give every DDP rank the same
             number of steps.
+        shard_of: The world whose rank's shard the data is (``make_sampler()`` passes the
+            dataset's). Running under a distributed world that differs (a dataset built before
+            the process group existed) then raises, and accelerate's ``prepare()``, which would
+            split the shard again, is refused.
+
+    Raises:
+        ValueError: sizes out of range; when iterated under another world than ``shard_of``;
+            when accelerate's ``prepare()`` would split a rank-sharded dataset again.
     """
 
     _state_sizes = ("data_len", "num_samples")
 
     def __init__(
-        self, data_len: int, seed: int = 0, shuffle: bool = True, *, num_samples: int | None = None
+        self,
+        data_len: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        *,
+        num_samples: int | None = None,
+        shard_of: World | None = None,
     ) -> None:
         super().__init__(seed, shuffle)
         self.data_len = check_non_negative_int("data_len", data_len)
@@ -198,6 +326,15 @@ class EpochShuffleSampler(_EpochSampler):
                 f"num_samples={self.num_samples} needs padding, but data_len is 0: an empty "
                 "shard has no samples to repeat"
             )
+        if shard_of is not None and not isinstance(shard_of, World):
+            raise TypeError(f"shard_of must be a World or None, got {shard_of!r}")
+        self.shard_of = shard_of
+        self._warned_whole = False
+
+    @property
+    def shards_indices(self) -> bool:
+        """False: every rank draws from its own ``range(data_len)``; nothing is split."""
+        return False
 
     @property
     def num_padded(self) -> int:
@@ -208,6 +345,81 @@ class EpochShuffleSampler(_EpochSampler):
     def num_dropped(self) -> int:
         """Samples left out per epoch to stay within ``num_samples``."""
         return max(0, self.data_len - self.num_samples)
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]  # read-only: follows from the sizes
+        """Indices yielded per epoch across all ranks (``num_samples`` on each)."""
+        return self.num_samples * self.num_replicas
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]  # read-only: follows from the sizes
+        """True when ``num_samples`` leaves samples out."""
+        return self.num_samples < self.data_len
+
+    def _data_shard_world(self) -> tuple[bool, World | None]:
+        """Whether the data is rank-sharded, and the world of that shard when known."""
+        if self.shard_of is not None:
+            return True, self.shard_of
+        world = shard_world_of_length(self.data_len)
+        return world is not None, world
+
+    def check_world(
+        self, world: World | None = None, *, data_is_sharded: bool | None = None
+    ) -> None:
+        """Check that this sampler fits ``world`` (default: detected now); every pass runs it.
+
+        Loaders that know more (``NNHandler``) call it early with their world and what they
+        know of the data (``data_is_sharded``; None: from ``shard_of`` or the live
+        ``RankMemCachedH5Dataset`` of this length).
+
+        Raises:
+            ValueError: the data is the shard of another world than ``world`` (``shard_of``).
+
+        Warns:
+            UserWarning: once per sampler, when ``world`` is distributed and the data is not
+                rank-sharded: every rank would then see the whole dataset.
+        """
+        world = World.detect() if world is None else world
+        if not world.is_distributed or self._split_by is not None:
+            return
+        sharded, shard = self._data_shard_world()
+        if data_is_sharded is not None and data_is_sharded != sharded:
+            sharded, shard = data_is_sharded, None  # the caller knows better than a length
+        if shard is not None and (shard.rank, shard.world_size) != (world.rank, world.world_size):
+            raise ValueError(
+                f"{self!r} serves the shard of rank {shard.rank} of {shard.world_size}, but runs "
+                f"as rank {world.rank} of {world.world_size}: the dataset was built before this "
+                "process joined the job (e.g. in the parent of Lightning's ddp_spawn). Build it "
+                "in each process: in Lightning's setup() or train_dataloader(), after "
+                "init_process_group() elsewhere"
+            )
+        if not sharded and not self._warned_whole:
+            self._warned_whole = True
+            warnings.warn(
+                f"EpochShuffleSampler(data_len={self.data_len}) runs as rank {world.rank} of "
+                f"{world.world_size} and splits nothing across ranks: unless each rank's dataset "
+                "holds only its own shard, every rank trains on the whole dataset. Use "
+                f"DistributedEpochSampler({self.data_len}) to give each rank its own part (or "
+                "pass shard_of=World.detect() for a rank-sharded dataset of your own)",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _check_before_pass(self) -> None:
+        self.check_world()
+
+    def _split_externally(self, by: str) -> None:
+        sharded, _ = self._data_shard_world()
+        if sharded:
+            raise ValueError(
+                f"{by} splits this loader's batches across its processes, but its "
+                f"EpochShuffleSampler serves a rank-sharded dataset (each process holds only its "
+                f"own shard): each would train on a fraction of its shard. Do not pass this "
+                f"loader to {by}'s prepare(); prepare the model and optimizer only and move each "
+                f"batch to accelerator.device yourself, or read the file with H5LazyDataset and "
+                f"DistributedEpochSampler / ChunkShuffleSampler, which {by} may split"
+            )
+        super()._split_externally(by)
 
     def _order(self) -> npt.NDArray[np.int64]:
         return _fit_length(self._epoch_order(self.data_len), self.num_samples)
@@ -252,18 +464,50 @@ class DistributedEpochSampler(_EpochSampler):
         world_size: int | None = None,
         even: EvenMode = "pad",
     ) -> None:
-        super().__init__(seed, shuffle)
+        super().__init__(seed, shuffle, rank=rank, world_size=world_size)
         self.data_len = check_non_negative_int("data_len", data_len)
-        world = World.detect(rank=rank, world_size=world_size)
-        self.rank, self.world_size = world.rank, world.world_size
         self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
-        per_rank, rem = divmod(self.data_len, self.world_size)
-        self._per_rank = per_rank + (1 if even == "pad" and rem else 0)
 
     @property
-    def total_size(self) -> int:
+    def world_size(self) -> int:
+        """Number of ranks (given, or detected when the sampler is used)."""
+        return self.world.world_size
+
+    @world_size.setter
+    def world_size(self, world_size: int) -> None:
+        self.num_replicas = world_size
+
+    def _layout(self) -> tuple[int, int]:
+        """``(rank, world_size)`` this sampler splits by: ``(0, 1)`` while a framework splits."""
+        if self._split_by is not None:
+            return 0, 1
+        world = self.world
+        return world.rank, world.world_size
+
+    @property
+    def shards_indices(self) -> bool:
+        """True when this sampler gives each of several ranks its own part of the indices."""
+        return self._layout()[1] > 1
+
+    @property
+    def _per_rank(self) -> int:
+        per_rank, rem = divmod(self.data_len, self._layout()[1])
+        return per_rank + (1 if self.even == "pad" and rem else 0)
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]  # read-only: follows from the sizes
+        """Indices this rank yields per epoch (``len(self)``)."""
+        return self._per_rank
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]  # read-only: follows from the sizes
         """Indices yielded per epoch across all ranks."""
-        return self._per_rank * self.world_size
+        return self._per_rank * self._layout()[1]
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]  # read-only: follows from the sizes
+        """True with ``even="drop"``."""
+        return self.even == "drop"
 
     @property
     def num_padded(self) -> int:
@@ -276,8 +520,9 @@ class DistributedEpochSampler(_EpochSampler):
         return max(0, self.data_len - self.total_size)
 
     def _order(self) -> npt.NDArray[np.int64]:
-        whole = _fit_length(self._epoch_order(self.data_len), self.total_size)
-        return whole[self.rank :: self.world_size]
+        rank, world_size = self._layout()
+        whole = _fit_length(self._epoch_order(self.data_len), self._per_rank * world_size)
+        return whole[rank::world_size]
 
     def __len__(self) -> int:
         return self._per_rank
@@ -288,3 +533,40 @@ class DistributedEpochSampler(_EpochSampler):
             f"world_size={self.world_size}, seed={self.seed}, shuffle={self.shuffle}, "
             f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank})"
         )
+
+
+class ShardSampler(DistributedSampler[int]):
+    """This rank's positions ``rank, rank + world_size, …`` of ``range(data_len)``, unpadded.
+
+    For evaluation: every sample is seen by exactly one rank, in file order; ranks may see one
+    sample more or less than each other, which is fine where no gradients are synchronized
+    (sum the metric's numerators and denominators across ranks). A ``DistributedSampler``, so
+    Lightning does not split it again.
+
+    Args:
+        data_len: Samples in the global dataset.
+        world: This process's place in the job (``World.detect()`` when None).
+    """
+
+    def __init__(self, data_len: int, world: World | None = None) -> None:
+        # DistributedSampler.__init__ is not called (it needs a process group); see _EpochSampler
+        self.data_len = check_non_negative_int("data_len", data_len)
+        self.world = World.detect() if world is None else world
+        self.num_replicas, self.rank = self.world.world_size, self.world.rank
+        self.epoch, self.seed, self.shuffle, self.drop_last = 0, 0, False, False
+        self.num_samples = len(self)
+        self.total_size = self.data_len
+
+    @property
+    def shards_indices(self) -> bool:
+        """True on several ranks: each takes its own positions."""
+        return self.world.world_size > 1
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __len__(self) -> int:
+        return len(range(self.world.rank, self.data_len, self.world.world_size))
+
+    def __repr__(self) -> str:
+        return f"ShardSampler(data_len={self.data_len}, {self.world})"

@@ -1,0 +1,85 @@
+"""Which file we built a dataset from: a cheap identity (size, mtime, inode, device) to compare.
+
+Byte offsets, chunk tables and lengths are computed once, from the file as it was when the
+dataset was built, and then used in every process for the whole run. A file rewritten, replaced
+or truncated at the same path makes them wrong, so each process compares the file it opens (and,
+before each batch, the file it reads) with the identity recorded at build time. One ``fstat`` is
+about a microsecond.
+
+A file held open by a SWMR writer may grow (the writer appends); it may not shrink or become
+another file. Every other change is an error that names the file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import FileChangedError
+
+__all__ = ["FileIdentity", "check_identity", "identity_of_fd"]
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """Size, modification time (ns), inode and device of one file."""
+
+    size: int
+    mtime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of_stat(cls, st: os.stat_result) -> FileIdentity:
+        """The identity of a ``stat`` result."""
+        return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev))
+
+    def matches(self, st: os.stat_result) -> bool:
+        """True when ``st`` is this identity (the per-batch fast path: no object built)."""
+        return (
+            st.st_size == self.size
+            and st.st_mtime_ns == self.mtime_ns
+            and st.st_ino == self.ino
+            and st.st_dev == self.dev
+        )
+
+
+def identity_of_fd(fd: int) -> FileIdentity:
+    """The identity of the open file ``fd`` (the file itself, whatever its path is now)."""
+    return FileIdentity.of_stat(os.fstat(fd))
+
+
+def check_identity(
+    path: str, recorded: FileIdentity, current: FileIdentity, *, growing: bool = False
+) -> None:
+    """Raise ``FileChangedError`` unless ``current`` is the file ``recorded`` described.
+
+    Args:
+        path: The file, for the message.
+        recorded: The identity when the dataset was built.
+        current: The identity now.
+        growing: The file is open in SWMR mode: it may grow and be modified by its writer.
+    """
+    if current == recorded:
+        return
+    same_file = (current.ino, current.dev) == (recorded.ino, recorded.dev)
+    if growing and same_file and current.size >= recorded.size:
+        return
+    raise FileChangedError(
+        f"{path!r} changed after the dataset was built ({_describe(recorded, current)}); the "
+        "offsets and lengths read from it no longer hold. Build the dataset again (and do not "
+        "rewrite a file while a loader reads it: write a new file and rename it into place "
+        "between runs)",
+        path,
+    )
+
+
+def _describe(old: FileIdentity, new: FileIdentity) -> str:
+    changes = []
+    if (old.ino, old.dev) != (new.ino, new.dev):
+        changes.append("replaced by another file")
+    if old.size != new.size:
+        changes.append(f"size {old.size} -> {new.size} bytes")
+    if old.mtime_ns != new.mtime_ns:
+        changes.append("modified")
+    return ", ".join(changes)

@@ -1,0 +1,149 @@
+"""The per-process thread pool that decodes compressed chunks.
+
+The pool is created on first use in whichever process decodes, and never crosses a ``fork``: a
+forked child (a DataLoader worker) drops the reference it inherited (the parent's threads do not
+exist there) and builds its own pool on first use. Spawned workers import this module afresh.
+
+Size: ``set_decode_threads(n)`` in this process, else the environment variable
+``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else the CPUs this process may run
+on, capped at 8 and divided among DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from torch.utils.data import get_worker_info
+
+from ..._validate import check_positive_int
+from .process import PerProcess
+
+__all__ = ["decode_threads", "run_parallel", "set_decode_threads", "submit"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ENV_VAR = "NN_HANDLER_DECODE_THREADS"
+_MAX_AUTO_THREADS = 8
+_IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
+
+
+class _Pool:
+    """This process's decode threads."""
+
+    def __init__(self, threads: int) -> None:
+        self.size = threads
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="nn_handler-decode")
+
+
+_lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+_pool: PerProcess[_Pool] = PerProcess()
+_requested: int | None = None
+
+
+def set_decode_threads(threads: int | None) -> None:
+    """Set how many threads decode compressed HDF5 chunks in this process.
+
+    Applies to this process and to DataLoader workers forked from it after the call; spawned
+    workers read ``NN_HANDLER_DECODE_THREADS`` instead (or call this in ``worker_init_fn``).
+
+    Args:
+        threads: Threads (``1`` decodes in the calling thread), or None for the default: the
+            CPUs this process may use (at most 8), divided among DataLoader workers.
+
+    Raises:
+        TypeError / ValueError: ``threads`` is not a positive integer or None.
+    """
+    global _requested
+    value = None if threads is None else check_positive_int("threads", threads)
+    with _lock.get():
+        _requested = value
+        _drop_pool()
+
+
+def decode_threads() -> int:
+    """Return how many threads decode chunks in this process (see ``set_decode_threads``)."""
+    if _requested is not None:
+        return _requested
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        try:
+            return check_positive_int(ENV_VAR, int(env))
+        except ValueError as exc:
+            raise ValueError(
+                f"{ENV_VAR} must be a positive integer, got {env!r}; unset it for the default"
+            ) from exc
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else 1
+    return max(1, min(_MAX_AUTO_THREADS, _usable_cpus()) // max(1, workers))
+
+
+def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """Return ``[fn(item) for item in items]``, computed in the decode pool.
+
+    At most a few tasks per thread are queued at a time, so a long stream of items never
+    builds a long queue. If a task raises, the tasks not yet started are cancelled, the running
+    ones are waited for (they may be writing into the caller's buffers), and the error is raised.
+    """
+    pool = _executor()
+    if pool is None:
+        return [fn(item) for item in items]
+    limit = _IN_FLIGHT_PER_THREAD * pool.size
+    results: list[R] = []
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.executor.submit(fn, item))
+            if len(pending) >= limit:
+                results.append(pending.popleft().result())
+        while pending:
+            results.append(pending.popleft().result())
+    except BaseException:
+        for future in pending:
+            future.cancel()
+        wait(pending)
+        raise
+    return results
+
+
+def submit(fn: Callable[[T], R], item: T) -> Future[R] | None:
+    """Start ``fn(item)`` in the decode pool and return its future.
+
+    None when there is no pool (one decode thread): work started ahead of need (readahead) is
+    then simply not started.
+    """
+    pool = _executor()
+    return None if pool is None else pool.executor.submit(fn, item)
+
+
+def _executor() -> _Pool | None:
+    threads = decode_threads()
+    if threads < 2:
+        return None
+    pool = _pool.peek()
+    if pool is not None and pool.size == threads:
+        return pool
+    with _lock.get():
+        pool = _pool.peek()
+        if pool is None or pool.size != threads:
+            _drop_pool()
+            pool = _pool.set(_Pool(threads))
+        return pool
+
+
+def _drop_pool() -> None:
+    own = _pool.peek()  # an inherited pool's threads do not exist in this process
+    _pool.pop()
+    if own is not None:
+        own.executor.shutdown(wait=False)
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - macOS / Windows

@@ -1,0 +1,1 @@
+"""batched_loader's internals: serving batches from threads of this process."""

@@ -1,0 +1,153 @@
+"""Turn the stored entries of a batch's rows into its output: a dense array or a CSR tensor.
+
+Rows are read once each, sorted (``np.unique`` of the request); ``inverse`` maps every requested
+position to its row, so unsorted and repeated requests cost one read. Entries are scattered
+straight into the output (``out[row, col] = value``). Files whose rows are not strictly sorted by
+column (allowed by the format; scipy sums repeated entries) take a slower path that sums them too,
+so every batch equals ``scipy.sparse``'s ``toarray()``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._io.indices import IndexArray
+from .columns import ColumnMap
+from .rows import Entries
+
+__all__ = ["RowEntries", "concat_entries", "select_columns", "to_csr_tensor", "to_dense"]
+
+
+@dataclass(frozen=True)
+class RowEntries:
+    """Entries of some rows in output columns, row after row.
+
+    Attributes:
+        lengths: Entries per row.
+        cols: Output column of each entry (int64).
+        data: Stored value of each entry.
+        sorted: Columns strictly increase within every row (no repeats either).
+        unique: No row holds a column twice.
+    """
+
+    lengths: IndexArray
+    cols: IndexArray
+    data: np.ndarray[Any, Any]
+    sorted: bool
+    unique: bool
+
+
+def select_columns(entries: Entries, cmap: ColumnMap) -> RowEntries:
+    """Map stored columns to output columns, dropping the unselected ones."""
+    canonical = _strictly_increasing_rows(entries.indices, entries.lengths)
+    if cmap.positions is None:
+        cols = entries.indices.astype(np.int64)
+        return RowEntries(entries.lengths, cols, entries.data, canonical, canonical)
+    mapped = cmap.positions[entries.indices]
+    keep = mapped >= 0
+    row_of = np.repeat(np.arange(entries.lengths.size), entries.lengths)
+    lengths = np.bincount(row_of[keep], minlength=entries.lengths.size).astype(np.int64)
+    return RowEntries(
+        lengths, mapped[keep], entries.data[keep], canonical and cmap.increasing, canonical
+    )
+
+
+def concat_entries(parts: list[RowEntries]) -> RowEntries:
+    """Join the entries of consecutive groups of rows (one group per file)."""
+    if len(parts) == 1:
+        return parts[0]
+    return RowEntries(
+        np.concatenate([p.lengths for p in parts]),
+        np.concatenate([p.cols for p in parts]),
+        np.concatenate([p.data for p in parts]),
+        all(p.sorted for p in parts),
+        all(p.unique for p in parts),
+    )
+
+
+def to_dense(
+    rows: RowEntries, inverse: IndexArray | None, n_out: int, dtype: np.dtype[Any]
+) -> np.ndarray[Any, Any]:
+    """Return the ``(len(request), n_out)`` array of the request ``inverse`` indexes into rows.
+
+    ``inverse=None`` means the request is exactly ``rows``, in order.
+    """
+    n_rows = rows.lengths.size
+    repeats = inverse is not None and inverse.size != n_rows
+    target = np.arange(n_rows) if inverse is None or repeats else _positions_of(inverse)
+    # empty + fill touches every page now, in one pass: np.zeros' lazily zeroed pages would
+    # fault one by one during the scatter (measured 1.7x slower for 256 x 20k float32)
+    out = np.empty((n_rows, n_out), dtype=dtype)
+    out.fill(0)
+    flat = np.repeat(target.astype(np.int64) * n_out, rows.lengths)
+    flat += rows.cols
+    if rows.unique:
+        out.reshape(-1)[flat] = rows.data
+    else:
+        np.add.at(out.reshape(-1), flat, rows.data.astype(dtype))
+    if repeats:
+        assert inverse is not None
+        return np.take(out, inverse, axis=0)
+    return out
+
+
+def to_csr_tensor(
+    rows: RowEntries, inverse: IndexArray | None, n_out: int, dtype: np.dtype[Any]
+) -> torch.Tensor:
+    """Return the request as a ``torch.sparse_csr_tensor`` of shape ``(len(request), n_out)``."""
+    lengths, cols, data = rows.lengths, rows.cols, rows.data
+    if inverse is not None:
+        first = np.cumsum(lengths) - lengths
+        chosen = lengths[inverse]
+        shift = np.repeat(first[inverse] - (np.cumsum(chosen) - chosen), chosen)
+        picked = shift + np.arange(int(chosen.sum()), dtype=np.int64)
+        lengths, cols, data = chosen, cols[picked], data[picked]
+    if not rows.sorted:
+        lengths, cols, data = _coalesce(lengths, cols, data, n_out)
+    crow = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=crow[1:])
+    with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(crow),
+            torch.from_numpy(np.ascontiguousarray(cols, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(data, dtype=dtype)),
+            size=(int(lengths.size), n_out),
+            check_invariants=False,  # built valid here; checking costs a pass over the batch
+        )
+
+
+def _coalesce(
+    lengths: IndexArray, cols: IndexArray, data: np.ndarray[Any, Any], n_out: int
+) -> tuple[IndexArray, IndexArray, np.ndarray[Any, Any]]:
+    """Sort every row by column and sum repeated columns (as scipy's ``sum_duplicates``)."""
+    row_of = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    key = row_of * max(n_out, 1) + cols
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1]))) if key.size else key
+    summed = np.add.reduceat(data[order], first) if key.size else data[:0]
+    kept = key[first]
+    new_lengths = np.bincount(kept // max(n_out, 1), minlength=lengths.size).astype(np.int64)
+    return new_lengths, kept % max(n_out, 1), summed
+
+
+def _positions_of(inverse: IndexArray) -> IndexArray:
+    """For a request without repeats: the request position of each sorted row."""
+    target = np.empty_like(inverse)
+    target[inverse] = np.arange(inverse.size)
+    return target
+
+
+def _strictly_increasing_rows(indices: np.ndarray[Any, Any], lengths: IndexArray) -> bool:
+    if indices.size < 2:
+        return True
+    rising = indices[1:] > indices[:-1]
+    ends = np.cumsum(lengths)[:-1]
+    rising[ends[(ends > 0) & (ends < indices.size)] - 1] = True  # a new row may start lower
+    return bool(rising.all())

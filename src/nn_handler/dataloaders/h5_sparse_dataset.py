@@ -1,0 +1,357 @@
+"""H5SparseDataset: rows of sparse matrices (AnnData ``.h5ad``, 10x ``.h5``) for PyTorch.
+
+Each row (a cell) is stored as a run of ``data`` / ``indices`` entries that ``indptr`` points
+to. ``indptr`` is held in RAM; a batch of rows becomes sorted runs of entries, read through the
+library's ``RowReader`` (on compressed files: each needed chunk decoded once, in parallel
+outside the HDF5 lock, and kept for the next batch) and scattered into a dense
+``(batch, n_cols)`` array or a ``torch.sparse_csr_tensor``. ``block_starts`` gives
+``ChunkShuffleSampler`` the rows whose entries share a chunk, so an epoch decodes each chunk once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import IO, Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .._validate import check_choice, check_key, numpy_dtype
+from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
+from ._io.source import FileOptions, LockingMode
+from ._io.sparse_labels import merge_labels
+from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
+from ._sparse.columns import ColumnMap, check_columns_arg, column_map
+from ._sparse.files import CscMode, SparseFile, open_sparse_file
+
+__all__ = ["H5SparseDataset"]
+
+Output = Literal["dense", "sparse_csr"]
+PathArg = str | os.PathLike[str] | IO[bytes]
+_OUTPUTS: tuple[Output, ...] = ("dense", "sparse_csr")
+_CSC_MODES: tuple[CscMode, ...] = ("sidecar", "direct")
+
+
+class H5SparseDataset(Dataset[Any]):
+    """A map-style dataset over the rows of sparse matrices in one or more HDF5 files.
+
+    ``dataset[i]`` returns row ``i`` as a dense ``(n_cols,)`` tensor (or ``(x, y)`` with a
+    label); a list / array / slice of indices returns the batch: ``x`` of shape
+    ``(batch, n_cols)`` (a ``torch.sparse_csr_tensor`` with ``output="sparse_csr"``). Rows of
+    several files follow each other in the order of ``paths``.
+
+    Args:
+        paths: One file or a sequence of files (``.h5ad``, 10x ``.h5``, or any HDF5 file with a
+            group of ``data`` / ``indices`` / ``indptr``).
+        group: The matrix group: ``"X"``, ``"layers/counts"``, ``"raw/X"``, ``"matrix"``, …
+            Default: found from the AnnData ``encoding-type`` (``X`` first) or the 10x layout.
+        label: Per-row label: an AnnData ``obs`` column name (categorical, strings or numbers)
+            or a dataset path in the file. Categories become class indices (``-1`` for a
+            missing value); ``label_categories`` lists them.
+        columns: Columns to keep, in this order (a gene panel): names (matched against each
+            file's ``var`` index / 10x feature names) or numbers.
+        var_key: Dataset holding the column names (default: ``var`` index, or 10x
+            ``features/name``).
+        dtype: NumPy dtype of the returned values (default ``float32``).
+        output: ``"dense"`` or ``"sparse_csr"`` for batches (single rows are always dense).
+        csc: How a ``csc_matrix`` is served by rows: ``"sidecar"`` (default: converted once
+            into a CSR copy next to the file, reused while the file is unchanged) or
+            ``"direct"`` (every batch scans all columns: small files only).
+        sidecar_dir: Folder for CSR copies (default: next to each file).
+        rdcc_nbytes: Chunk-cache size per dataset in bytes (also the decoded-chunk cache).
+        rdcc_nslots: Hash slots of HDF5's chunk cache.
+        rdcc_w0: HDF5's chunk preemption policy in ``[0, 1]``.
+        swmr: Open in SWMR read mode where possible. Off by default (unlike the dense
+            datasets): AnnData / 10x files are written once, and anndata or scanpy often hold
+            the same file open in backed mode, which refuses a SWMR open in that process.
+        locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
+
+    Raises:
+        FileNotFoundError / OSError: a file is missing or not HDF5, or a CSR copy cannot be
+            written.
+        KeyError: the group, label or a column name is missing (the message lists what exists).
+        ValueError: the matrix is invalid or the files do not agree on their columns.
+        TypeError: an argument has the wrong type.
+
+    Example:
+        >>> ds = H5SparseDataset("atlas.h5ad", label="cell_type")
+        >>> sampler = ChunkShuffleSampler(ds, seed=0)
+        >>> loader = batched_loader(ds, 256, sampler=sampler, num_workers=4)
+    """
+
+    #: ``dataset[list_of_indices]`` returns a stacked batch (see ``batched_loader``).
+    supports_batch_indexing = True
+
+    def __init__(
+        self,
+        paths: PathArg | Sequence[PathArg],
+        group: str | None = None,
+        *,
+        label: str | None = None,
+        columns: Sequence[Any] | None = None,
+        var_key: str | None = None,
+        dtype: Any = np.float32,
+        output: Output = "dense",
+        csc: CscMode = "sidecar",
+        sidecar_dir: str | os.PathLike[str] | None = None,
+        rdcc_nbytes: int = 256 * 1024**2,
+        rdcc_nslots: int = 1_000_003,
+        rdcc_w0: float = 0.75,
+        swmr: bool = False,
+        locking: LockingMode = "best-effort",
+    ) -> None:
+        check_key("group", group, optional=True)
+        check_key("label", label, optional=True)
+        check_key("var_key", var_key, optional=True)
+        self.output: Output = check_choice("output", output, _OUTPUTS)
+        self.dtype = _value_dtype(dtype)
+        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        wanted = check_columns_arg(columns)
+        mode = check_choice("csc", csc, _CSC_MODES)
+        folder = None if sidecar_dir is None else os.fspath(sidecar_dir)
+        self._files: list[SparseFile] = [
+            open_sparse_file(
+                p, group, options, csc=mode, sidecar_dir=folder, var_key=var_key, label=label
+            )
+            for p in _path_list(paths)
+        ]
+        self._maps = _column_maps(self._files, wanted)
+        self._offsets = np.cumsum([0] + [f.layout.n_rows for f in self._files], dtype=np.int64)
+        self.label = label
+        self._labels, self.label_categories = _labels(self._files, label)
+        self.column_names = _output_names(self._files[0], self._maps[0], wanted)
+
+    @property
+    def paths(self) -> list[str]:
+        """The files, in row order."""
+        return [f.path for f in self._files]
+
+    @property
+    def group(self) -> str:
+        """The matrix group of the first file."""
+        return self._files[0].layout.group
+
+    @property
+    def n_cols(self) -> int:
+        """Columns of every row returned (after ``columns``)."""
+        return self._maps[0].n_out
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, columns)`` as returned."""
+        return len(self), self.n_cols
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries in all files."""
+        return sum(f.rows.nnz for f in self._files)
+
+    @property
+    def origins(self) -> list[str]:
+        """Per file: ``"rows"``, ``"sidecar"``, ``"built"`` or ``"direct"`` (see ``csc``)."""
+        return [f.origin for f in self._files]
+
+    @property
+    def block_starts(self) -> IndexArray | None:
+        """First row of every block of rows whose entries start in one chunk of ``data``.
+
+        ``ChunkShuffleSampler`` shuffles these blocks. None when reads need no chunk-aware
+        order (uncompressed, memory-mapped files, or ``csc="direct"``).
+        """
+        parts = [f.rows.block_starts() for f in self._files]
+        if all(p is None for p in parts):
+            return None
+        return np.concatenate(
+            [
+                off + (p if p is not None else np.arange(f.layout.n_rows, dtype=np.int64))
+                for off, p, f in zip(self._offsets[:-1].tolist(), parts, self._files, strict=True)
+            ]
+        )
+
+    @property
+    def chunk_rows(self) -> None:
+        """None: rows per chunk vary; samplers use ``block_starts`` instead."""
+        return None
+
+    @property
+    def chunk_cache_nbytes(self) -> int:
+        """Chunk-cache budget per dataset, in bytes (``rdcc_nbytes``)."""
+        return self._files[0].sources[0].options.rdcc_nbytes
+
+    @property
+    def is_open(self) -> bool:
+        """True when this process holds an open file handle."""
+        return any(s.is_open for f in self._files for s in f.sources)
+
+    def set_chunk_cache(
+        self, nbytes: int, nslots: int | None = None, w0: float | None = None
+    ) -> None:
+        """Resize the chunk caches (HDF5's and the decoded-chunk cache) of every file.
+
+        ``ChunkShuffleSampler`` calls this when its shuffle window would not fit.
+        """
+        for f in self._files:
+            for source in f.sources:
+                old = source.options
+                source.set_options(
+                    dataclasses.replace(
+                        old,
+                        rdcc_nbytes=nbytes,
+                        rdcc_nslots=old.rdcc_nslots if nslots is None else nslots,
+                        rdcc_w0=old.rdcc_w0 if w0 is None else w0,
+                    )
+                )
+            f.rows.clear_cache()
+
+    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
+        """Cache bytes per dataset that keep ``blocks`` row blocks decoded (None: own blocks)."""
+        return max(f.rows.window_cache_nbytes(block_rows, blocks) for f in self._files)
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def __getitem__(self, index: Any) -> Any:
+        """Return row ``index`` (dense), or the batch for a sequence / array / slice of rows."""
+        if is_scalar_index(index):
+            row = normalize_index(index, len(self))
+            x = torch.from_numpy(self._dense(np.array([row], dtype=np.int64))[0])
+            return x if self._labels is None else (x, self._label_batch(np.array([row]))[0])
+        idx = as_index_array(index, len(self))
+        x = self._batch(idx)
+        return x if self._labels is None else (x, self._label_batch(idx))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Return the rows at ``indices`` as a list of dense samples, reading them at once."""
+        idx = as_index_array(indices, len(self))
+        xs = list(torch.from_numpy(self._dense(idx)).unbind(0))
+        if self._labels is None:
+            return xs
+        return list(zip(xs, self._label_batch(idx).unbind(0), strict=True))
+
+    def close(self) -> None:
+        """Close this process's file handles (the next read reopens them)."""
+        for f in self._files:
+            for source in f.sources:
+                source.close()
+
+    def __enter__(self) -> H5SparseDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _batch(self, idx: IndexArray) -> torch.Tensor:
+        if self.output == "dense":
+            return torch.from_numpy(self._dense(idx))
+        rows, inverse = self._entries(idx)
+        return to_csr_tensor(rows, inverse, self.n_cols, self.dtype)
+
+    def _dense(self, idx: IndexArray) -> np.ndarray[Any, Any]:
+        rows, inverse = self._entries(idx)
+        return to_dense(rows, inverse, self.n_cols, self.dtype)
+
+    def _entries(self, idx: IndexArray) -> tuple[RowEntries, IndexArray | None]:
+        """Entries of the sorted, unique rows of ``idx`` and the map back to ``idx``."""
+        inverse: IndexArray | None = None
+        uniq = idx
+        if idx.size > 1 and not bool(np.all(idx[1:] > idx[:-1])):
+            uniq, inverse = np.unique(idx, return_inverse=True)
+        cuts = np.searchsorted(uniq, self._offsets).tolist()
+        parts = []
+        for k, (f, cmap) in enumerate(zip(self._files, self._maps, strict=True)):
+            if cuts[k + 1] > cuts[k]:
+                local = uniq[cuts[k] : cuts[k + 1]] - self._offsets[k]
+                parts.append(select_columns(f.rows.read(local), cmap))
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return RowEntries(empty, empty, np.empty(0, self.dtype), True, True), inverse
+        return concat_entries(parts), inverse
+
+    def _label_batch(self, idx: IndexArray) -> torch.Tensor:
+        assert self._labels is not None
+        values = self._labels[idx]
+        if self.label_categories is not None:
+            values = values.astype(np.int64)
+        return torch.from_numpy(np.ascontiguousarray(values))
+
+    def __repr__(self) -> str:
+        files = self.paths[0] if len(self._files) == 1 else f"{len(self._files)} files"
+        parts = [
+            repr(files) if len(self._files) == 1 else files,
+            f"group={self.group!r} ({self._files[0].layout.encoding})",
+            f"shape={self.shape}",
+            f"nnz={self.nnz}",
+            f"dtype={self.dtype}",
+            f"output={self.output!r}",
+        ]
+        if self.label is not None:
+            parts.append(f"label={self.label!r}")
+        parts.append("open" if self.is_open else "closed")
+        return f"H5SparseDataset({', '.join(parts)})"
+
+
+def _value_dtype(dtype: Any) -> np.dtype[Any]:
+    result = numpy_dtype("dtype", dtype)
+    if result is None or result.kind not in "biuf":
+        raise TypeError(f"dtype must be a numeric NumPy dtype (e.g. np.float32), got {dtype!r}")
+    return result
+
+
+def _path_list(paths: Any) -> list[Any]:
+    if isinstance(paths, str | os.PathLike) or hasattr(paths, "read"):
+        return [paths]
+    if not isinstance(paths, Sequence) or not paths:
+        raise TypeError(
+            f"paths must be a path, a file object or a non-empty sequence of them, got {paths!r}"
+        )
+    return list(paths)
+
+
+def _column_maps(files: list[SparseFile], wanted: list[Any] | None) -> list[ColumnMap]:
+    maps = [
+        column_map(wanted, f.names, f.layout.n_cols, f"{f.path!r} ({f.layout.group!r})")
+        for f in files
+    ]
+    if wanted is not None:
+        return maps
+    first = files[0]
+    for f in files[1:]:
+        if f.layout.n_cols != first.layout.n_cols:
+            raise ValueError(
+                f"{f.path!r} has {f.layout.n_cols} columns but {first.path!r} has "
+                f"{first.layout.n_cols}; pass columns=[names…] to read the same columns of each"
+            )
+        if (
+            first.names is not None
+            and f.names is not None
+            and not np.array_equal(first.names, f.names)
+        ):
+            raise ValueError(
+                f"{f.path!r} and {first.path!r} name their columns differently (other genes or "
+                "another order); pass columns=[names…] to align them by name"
+            )
+    return maps
+
+
+def _labels(
+    files: list[SparseFile], label: str | None
+) -> tuple[np.ndarray[Any, Any] | None, list[Any] | None]:
+    if label is None:
+        return None, None
+    columns = [f.label for f in files if f.label is not None]
+    merged = merge_labels(columns, label)
+    return merged.values, merged.categories
+
+
+def _output_names(first: SparseFile, cmap: ColumnMap, wanted: list[Any] | None) -> list[str] | None:
+    if wanted is not None and isinstance(wanted[0], str):
+        return [str(w) for w in wanted]
+    if first.names is None:
+        return None
+    if cmap.positions is None:
+        return [str(n) for n in first.names.tolist()]
+    order = np.argsort(cmap.positions[cmap.positions >= 0])
+    return [str(n) for n in first.names[cmap.positions >= 0][order].tolist()]

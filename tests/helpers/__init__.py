@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: file builders, DDP runner, resume check, handler fixtures."""

@@ -1,0 +1,164 @@
+"""Decoded-chunk LRU and block reads: each chunk decoded once while it stays cached."""
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+from nn_handler.dataloaders import H5LazyDataset
+from nn_handler.dataloaders._io.blocks import BlockCache
+from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline
+from nn_handler.dataloaders._io.decode import ChunkCodec
+from nn_handler.dataloaders._io.reader import RowReader
+from nn_handler.dataloaders._io.source import FileOptions, H5Source
+
+from helpers.files import images
+from helpers.process import as_if_forked
+
+ROW_BYTES = 3 * 4 * 4  # images(): rows of 3x4 float32
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """Count chunk decodes (from any thread)."""
+    calls = []
+    lock = threading.Lock()
+    original = ChunkCodec.decode
+
+    def counting(self, raw, filter_mask=0):
+        with lock:
+            calls.append(1)
+        return original(self, raw, filter_mask)
+
+    def counting_into(self, raw, filter_mask, out):
+        with lock:
+            calls.append(1)
+        return original_into(self, raw, filter_mask, out)
+
+    original_into = ChunkPipeline.decode_into
+    monkeypatch.setattr(ChunkCodec, "decode", counting)  # chunks that split rows
+    monkeypatch.setattr(ChunkPipeline, "decode_into", counting_into)  # the window reader
+    return calls
+
+
+def reader(path, **options):
+    return RowReader(H5Source(path, FileOptions(**options)), "x")
+
+
+def test_consecutive_batches_decode_each_chunk_once(make_h5, decodes):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "gzip")}))  # 8 chunks of 8 rows
+    np.testing.assert_array_equal(r.read([1, 9, 2, 10]), data[[1, 9, 2, 10]])
+    assert len(decodes) == 2
+    np.testing.assert_array_equal(r.read([3, 11, 17]), data[[3, 11, 17]])
+    assert len(decodes) == 3  # chunks 0 and 1 came from the cache
+    r.read([0, 8, 16])
+    assert len(decodes) == 3
+
+
+def test_zero_budget_caches_nothing(make_h5, decodes):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "gzip")}), rdcc_nbytes=0)
+    r.read([1, 2])
+    r.read([3, 4])
+    assert len(decodes) == 2
+
+
+def test_budget_bounds_the_cache(make_h5):
+    data = images(64)
+    chunk_bytes = 8 * ROW_BYTES
+    r = reader(make_h5({"x": (data, "gzip")}), rdcc_nbytes=3 * chunk_bytes)
+    r.read(np.arange(64))
+    cache = r._blocks.cache
+    assert len(cache) == 3 and cache.nbytes == 3 * chunk_bytes
+
+
+def test_read_range_decodes_whole_chunks_into_the_output(make_h5, decodes):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "gzip")}))
+    out = np.empty((40, 3, 4), np.float32)
+    assert r.read_range(8, 48, out=out) is out
+    np.testing.assert_array_equal(out, data[8:48])
+    assert len(r._blocks.cache) == 0  # sequential reads do not fill the cache
+    np.testing.assert_array_equal(r.read_range(3, 13), data[3:13])
+    assert len(r._blocks.cache) == 2  # partial chunks at both ends are kept
+    assert len(decodes) == 7
+
+
+def test_block_cache_is_lru():
+    cache = BlockCache()
+    blocks = {k: np.full(10, k, np.uint8) for k in range(4)}
+    for k in range(3):
+        cache.put(k, blocks[k], budget=30)
+    assert cache.get(0) is blocks[0]  # 0 is now the most recent
+    cache.put(3, blocks[3], budget=30)
+    assert cache.get(1) is None and cache.get(0) is blocks[0] and cache.get(3) is blocks[3]
+    cache.put(9, np.zeros(31, np.uint8), budget=30)  # larger than the budget: not kept
+    assert cache.get(9) is None and len(cache) == 3
+    cache.put(0, blocks[0], budget=10)  # a smaller budget evicts down to it
+    assert len(cache) == 1 and cache.nbytes == 10
+
+
+def test_block_cache_is_per_process():
+    cache = BlockCache()
+    cache.put(1, np.zeros(4), budget=100)
+    clone = pickle.loads(pickle.dumps(cache))
+    assert len(clone) == 0
+    clone.put(2, np.zeros(4), budget=100)
+    assert clone.get(2) is not None
+    as_if_forked()
+    assert cache.get(1) is None and len(cache) == 0
+
+
+def test_set_chunk_cache_resizes_both_caches(make_h5):
+    data = images(64)
+    path = make_h5({"x": (data, "gzip"), "y": np.arange(64)})
+    ds = H5LazyDataset(path, "x", "y", rdcc_nbytes=10**6)
+    ds[[0, 9, 17]]
+    assert len(ds._x._blocks.cache) == 3
+    ds.set_chunk_cache(2 * 8 * ROW_BYTES, nslots=101, w0=0.5)
+    assert ds.chunk_cache_nbytes == 2 * 8 * ROW_BYTES
+    assert ds._source.options.rdcc_nslots == 101 and ds._source.options.rdcc_w0 == 0.5
+    assert not ds.is_open and len(ds._x._blocks.cache) == 0
+    x, _ = ds[[0, 9, 17, 25]]
+    np.testing.assert_array_equal(x.numpy(), data[[0, 9, 17, 25]])
+    assert len(ds._x._blocks.cache) == 2
+    with ds._source.file as f:
+        assert f.id.get_access_plist().get_cache()[2] == 2 * 8 * ROW_BYTES
+    with pytest.raises(ValueError, match="rdcc_nbytes must be >= 0, got -1"):
+        ds.set_chunk_cache(-1)
+    with pytest.raises(ValueError, match=r"rdcc_w0 must be in \[0, 1\], got 2"):
+        ds.set_chunk_cache(100, w0=2)
+
+
+def test_window_cache_nbytes(make_h5):
+    data = images(64)
+    path = make_h5({"x": (data, "gzip"), "c": data, "s": (data, "chunked-split-rows")})
+    ds = H5LazyDataset(path, "x")
+    assert ds.window_cache_nbytes(8, 10) == 10 * 8 * ROW_BYTES  # blocks = chunks
+    assert ds.window_cache_nbytes(16, 10) == 10 * 16 * ROW_BYTES  # 2 chunks per block
+    assert ds.window_cache_nbytes(4, 10) == 10 * 8 * ROW_BYTES  # blocks inside one chunk
+    assert ds.window_cache_nbytes(5, 10) == 10 * 2 * 8 * ROW_BYTES  # straddling: 2 chunks
+    assert H5LazyDataset(path, "c").window_cache_nbytes(8, 10) == 0  # contiguous: no cache
+    assert H5LazyDataset(path, "s").window_cache_nbytes(5, 3) == 3 * 5 * ROW_BYTES
+
+
+def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "lzf-fletcher")}))  # 6-row chunks h5py decodes
+    assert r.strategy == "chunks"
+    calls = []
+    dset = r._dataset()
+    assert dset.id.get_access_plist().get_chunk_cache()[1] == 0  # no second, HDF5-side cache
+    original = type(dset).read_direct
+
+    def spy(self, dest, source_sel=None, dest_sel=None):
+        calls.append(source_sel)
+        return original(self, dest, source_sel, dest_sel)
+
+    monkeypatch.setattr(type(dset), "read_direct", spy)
+    np.testing.assert_array_equal(r.read([1, 7, 2, 8]), data[[1, 7, 2, 8]])
+    np.testing.assert_array_equal(r.read([3, 9, 13]), data[[3, 9, 13]])
+    assert len(calls) == 3  # blocks 0, 1, then 2: each read once
+    np.testing.assert_array_equal(r.read_range(5, 40), data[5:40])

@@ -1,0 +1,160 @@
+"""Native decoders (gzip, shuffle, Fletcher-32, blosc(2), lz4, bitshuffle, zstd): h5py's bytes."""
+
+import zlib
+
+import h5py
+import numpy as np
+import pytest
+
+from nn_handler.dataloaders._io.chunk_codecs import (
+    BITSHUFFLE,
+    BLOSC,
+    BLOSC2,
+    LZ4,
+    ZSTD,
+    pipeline_for,
+    supported_filters,
+    unshuffle_into,
+)
+from nn_handler.dataloaders._io.decode import ChunkDecodeError
+from nn_handler.dataloaders._io.errors import CorruptFileError
+from nn_handler.dataloaders._io.inflate_into import InflateError, inflate_into
+from nn_handler.dataloaders._io.reader import RowReader
+from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.window_blocks import WindowBlocks
+
+hdf5plugin = pytest.importorskip("hdf5plugin")
+
+
+def filters():
+    """name -> create_dataset keywords, one per codec and a few combinations."""
+    return {
+        "gzip": {"compression": "gzip", "compression_opts": 1},
+        "gzip-shuffle-fletcher": {"compression": "gzip", "shuffle": True, "fletcher32": True},
+        "blosc-lz4": dict(hdf5plugin.Blosc(cname="lz4", clevel=5)),
+        "blosc-zstd-bitshuffle": dict(
+            hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.BITSHUFFLE)
+        ),
+        "blosc-noshuffle": dict(
+            hdf5plugin.Blosc(cname="blosclz", shuffle=hdf5plugin.Blosc.NOSHUFFLE)
+        ),
+        "blosc2": dict(hdf5plugin.Blosc2(cname="lz4", clevel=5)),
+        "zstd": dict(hdf5plugin.Zstd(clevel=3)),
+        "shuffle-zstd": {"shuffle": True, **hdf5plugin.Zstd(clevel=1)},
+        "lz4": dict(hdf5plugin.LZ4()),
+        "lz4-small-blocks": dict(hdf5plugin.LZ4(nbytes=256)),
+        "bitshuffle": dict(hdf5plugin.Bitshuffle(cname="none")),
+        "bitshuffle-lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
+        "bitshuffle-zstd": dict(hdf5plugin.Bitshuffle(cname="zstd")),
+    }
+
+
+def data_for(dtype, n=90):
+    rng = np.random.default_rng(3)
+    # half noise, half runs: some blocks compress, some are stored raw (lz4 / blosc paths)
+    base = np.round(rng.standard_normal((n, 5, 7)), 1).astype(dtype)
+    base[::3] = np.arange(35, dtype=dtype).reshape(5, 7)
+    return base
+
+
+@pytest.fixture(scope="module")
+def codec_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("codecs") / "codecs.h5"
+    with h5py.File(path, "w") as f:
+        for name, kw in filters().items():
+            for dtype in ("<f4", "<i2", "u1", ">f8"):
+                f.create_dataset(f"{name}/{dtype}", data=data_for(dtype), chunks=(8, 5, 7), **kw)
+    return path
+
+
+def reader(path, key):
+    return RowReader(H5Source(path, FileOptions(swmr=False)), key)
+
+
+@pytest.mark.parametrize("name", list(filters()))
+def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
+    rng = np.random.default_rng(0)
+    with h5py.File(codec_file, "r") as f:
+        for dtype in ("<f4", "<i2", "u1", ">f8"):
+            key = f"{name}/{dtype}"
+            expected = f[key][()]
+            r = reader(codec_file, key)
+            assert isinstance(r._blocks, WindowBlocks), key  # decoded here, not by h5py
+            idx = rng.integers(0, len(expected), 300)  # duplicates, any order, last partial chunk
+            assert r.read(idx).tobytes() == expected[idx].tobytes(), key
+            assert r.read_range(3, 85).tobytes() == expected[3:85].tobytes(), key
+            assert r.read_range(0, 90).tobytes() == expected.tobytes(), key
+
+
+def test_supported_filters_with_hdf5plugin():
+    assert {BLOSC, LZ4, BITSHUFFLE, ZSTD} <= supported_filters()
+    if pytest.importorskip("blosc2"):
+        assert BLOSC2 in supported_filters()
+
+
+def test_unsupported_filter_keeps_h5py(tmp_path):
+    path = tmp_path / "lzf.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data_for("<f4"), chunks=(8, 5, 7), compression="lzf")
+    with h5py.File(path, "r") as f:
+        assert pipeline_for(f["x"]) is None
+    assert reader(path, "x").strategy == "chunks"
+
+
+def test_decoded_length_is_checked(codec_file):
+    with h5py.File(codec_file, "r") as f:
+        for name in ("zstd", "lz4", "blosc-lz4", "bitshuffle-lz4", "gzip"):
+            dset = f[f"{name}/<f4"]
+            pipeline = pipeline_for(dset)
+            mask, raw = dset.id.read_direct_chunk((0, 0, 0))
+            raw = np.frombuffer(raw, np.uint8)
+            good = np.empty(pipeline.chunk_nbytes, np.uint8)
+            pipeline.decode_into(raw, mask, good)
+            assert good.tobytes() == dset[0:8].tobytes(), name
+            with pytest.raises(ChunkDecodeError):
+                pipeline.decode_into(raw[: raw.size // 2], mask, good)  # truncated stream
+            with pytest.raises(ValueError, match="out holds 8 bytes"):
+                pipeline.decode_into(raw, mask, np.empty(8, np.uint8))
+
+
+def test_corrupt_chunk_raises_corrupt_file_error_naming_it(tmp_path):
+    path = tmp_path / "bad.h5"
+    data = data_for("<f4")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(8, 5, 7), **hdf5plugin.Zstd())
+        info = f["x"].id.get_chunk_info(2)
+    with open(path, "r+b") as fh:  # break chunk 2's zstd magic number
+        fh.seek(info.byte_offset)
+        fh.write(b"\xff" * 4)
+    r = reader(path, "x")
+    np.testing.assert_array_equal(r.read([0, 8, 89]), data[[0, 8, 89]])  # other chunks fine
+    with h5py.File(path, "r") as f, pytest.raises(OSError, match=r"(?i)filter|read"):
+        f["x"][17]  # h5py refuses it too
+    with pytest.raises(CorruptFileError, match=r"bad\.h5'.* the chunk at \(16, 0, 0\) is corrupt"):
+        r.read([17])
+
+
+def test_inflate_into_checks_length():
+    payload = np.arange(1000, dtype=np.uint8)
+    stream = zlib.compress(payload.tobytes())
+    out = np.empty(1000, np.uint8)
+    inflate_into(stream, out)
+    assert out.tobytes() == payload.tobytes()
+    with pytest.raises(InflateError, match="more than the expected 999"):
+        inflate_into(stream, np.empty(999, np.uint8))
+    with pytest.raises(InflateError, match=r"1000 bytes, expected 1001|corrupt"):
+        inflate_into(stream, np.empty(1001, np.uint8))
+    with pytest.raises(InflateError):
+        inflate_into(b"not zlib", out)
+
+
+def test_unshuffle_into_matches_hdf5_layout():
+    values = np.arange(10, dtype="<u4") * 0x01020304
+    shuffled = values.view(np.uint8).reshape(10, 4).T.copy().ravel()
+    tail = np.array([7, 9], np.uint8)  # bytes past the last whole element stay put
+    src = np.concatenate([shuffled, tail])
+    out = np.empty_like(src)
+    unshuffle_into(src, out, 4)
+    assert out[:40].tobytes() == values.tobytes() and out[40:].tolist() == [7, 9]
+    with pytest.raises(ChunkDecodeError):
+        unshuffle_into(src, out[:-1], 4)

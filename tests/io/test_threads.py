@@ -1,0 +1,132 @@
+"""The per-process decode pool: sizing, ordering, errors, fork safety, DataLoader workers."""
+
+import multiprocessing as mp
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
+from nn_handler.dataloaders._io import threads as threads_module
+from nn_handler.dataloaders._io.threads import ENV_VAR, decode_threads, run_parallel
+
+from helpers.files import h5_rows, images
+
+TIMEOUT = 120
+# Python >= 3.12 warns when a process with threads forks; forking one is what these tests check
+FORK_WITH_THREADS = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded:DeprecationWarning"
+)
+
+
+@pytest.fixture(autouse=True)
+def default_threads(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    set_decode_threads(None)
+    yield
+    set_decode_threads(None)
+
+
+def thread_name(_item):
+    return threading.current_thread().name
+
+
+def test_set_decode_threads_validates():
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        set_decode_threads(0)
+    with pytest.raises(TypeError, match="threads must be an integer, got str '2'"):
+        set_decode_threads("2")
+    set_decode_threads(3)
+    assert decode_threads() == 3
+
+
+def test_environment_variable_and_default(monkeypatch):
+    assert 1 <= decode_threads() <= 8
+    monkeypatch.setenv(ENV_VAR, "5")
+    assert decode_threads() == 5
+    set_decode_threads(2)  # an explicit call wins over the environment
+    assert decode_threads() == 2
+    set_decode_threads(None)
+    monkeypatch.setenv(ENV_VAR, "many")
+    with pytest.raises(ValueError, match=f"{ENV_VAR} must be a positive integer, got 'many'"):
+        decode_threads()
+
+
+def test_run_parallel_keeps_order_and_uses_the_pool():
+    set_decode_threads(3)
+    assert run_parallel(lambda x: x * x, range(100)) == [x * x for x in range(100)]
+    names = set(run_parallel(thread_name, range(50)))
+    assert names and all(n.startswith("nn_handler-decode") for n in names)
+    set_decode_threads(1)  # one thread: decode in the caller, no pool
+    assert set(run_parallel(thread_name, range(5))) == {threading.current_thread().name}
+
+
+def test_run_parallel_raises_and_stops():
+    set_decode_threads(2)
+    started = []
+
+    def work(x):
+        started.append(x)
+        if x == 3:
+            raise KeyError("boom")
+        return x
+
+    with pytest.raises(KeyError, match="boom"):
+        run_parallel(work, range(10_000))
+    assert len(started) < 10_000  # queued tasks were cancelled, not all run
+
+
+def _child_report(queue):
+    queue.put(
+        (
+            threads_module._pool.peek() is None,
+            sorted(set(run_parallel(thread_name, range(20))))[:1],
+            run_parallel(lambda x: x + 1, range(5)),
+        )
+    )
+
+
+@FORK_WITH_THREADS
+def test_forked_child_builds_its_own_pool():
+    set_decode_threads(2)
+    run_parallel(thread_name, range(10))  # the parent now holds a pool
+    assert threads_module._pool.peek() is not None
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child_report, args=(queue,))
+    proc.start()
+    inherited_none, names, values = queue.get(timeout=TIMEOUT)
+    proc.join(timeout=TIMEOUT)
+    assert proc.exitcode == 0
+    assert inherited_none  # the parent's pool was dropped at fork
+    assert names[0].startswith("nn_handler-decode")
+    assert values == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+@FORK_WITH_THREADS
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_dataloader_workers_decode_in_parallel(make_h5, method):
+    data = images(203)
+    path = make_h5({"x": (data, "gzip-shuffle"), "y": np.arange(203)})
+    set_decode_threads(2)
+    ds = H5LazyDataset(path, "x", "y")
+    ds[[5, 100, 200]]  # the parent decodes first: its pool must not leak into workers
+    gen = torch.Generator().manual_seed(0)
+    loader = batched_loader(
+        ds,
+        16,
+        shuffle=True,
+        generator=gen,
+        num_workers=2,
+        multiprocessing_context=method,
+        timeout=TIMEOUT,
+    )
+    seen_x, seen_y = [], []
+    for xb, yb in loader:
+        seen_x.append(xb.numpy())
+        seen_y.append(yb.numpy())
+    ys = np.concatenate(seen_y)
+    assert sorted(ys.tolist()) == list(range(203))
+    np.testing.assert_array_equal(np.concatenate(seen_x), h5_rows(path, "x", ys))

@@ -1,0 +1,132 @@
+"""The window reader: one gather from decoded slots, threads, readahead, workers: h5py's bytes."""
+
+import threading
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    H5LazyDataset,
+    batched_loader,
+    fit_chunk_cache,
+)
+from nn_handler.dataloaders._io.reader import RowReader
+from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.window_blocks import WindowBlocks
+
+from helpers.files import h5_rows, images
+
+ROW = 3 * 4 * 4
+
+
+def reader(path, key="x", **options):
+    return RowReader(H5Source(path, FileOptions(**options)), key)
+
+
+@pytest.mark.parametrize("layout", ["gzip", "gzip-shuffle", "chunked-one-row"])
+def test_batches_and_ranges_equal_h5py(make_h5, layout):
+    data = images(203)
+    path = make_h5({"y": np.arange(3)} if layout == "chunked-one-row" else {"x": (data, layout)})
+    if layout == "chunked-one-row":  # one image per chunk: decoded straight into the batch
+        with h5py.File(path, "a") as f:
+            f.create_dataset("x", data=data, chunks=(1, 3, 4), compression="gzip")
+    r = reader(path)
+    assert isinstance(r._blocks, WindowBlocks) and r.releases_gil
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        idx = rng.integers(-203, 203, 77)
+        assert r.read(idx).tobytes() == data[idx].tobytes()
+    for start, stop in ((0, 203), (5, 6), (7, 9), (8, 16), (3, 200), (200, 203)):
+        assert r.read_range(start, stop).tobytes() == data[start:stop].tobytes()
+    out = np.empty((20, 3, 4), np.float32)[::2]  # not contiguous
+    assert r.read(np.arange(10), out=out) is out
+    np.testing.assert_array_equal(out, data[:10])
+
+
+def test_batch_wider_than_the_window_and_no_budget(make_h5):
+    data = images(200)
+    path = make_h5({"x": (data, "gzip")})
+    small = reader(path, rdcc_nbytes=3 * 8 * ROW)  # 3 slots, batches touch 25 chunks
+    none = reader(path, rdcc_nbytes=0)
+    idx = np.random.default_rng(1).permutation(200)
+    for r in (small, none):
+        assert r.read(idx).tobytes() == data[idx].tobytes()
+    assert len(small._blocks.cache) == 3 and len(none._blocks.cache) == 0
+
+
+def test_threads_reading_at_once_get_h5py_bytes(make_h5):
+    data = images(400)
+    path = make_h5({"x": (data, "gzip-shuffle")})
+    r = reader(path, rdcc_nbytes=6 * 8 * ROW)  # small window: slots are reused under load
+    errors, rng = [], np.random.default_rng(2)
+    batches = [rng.integers(0, 400, 40) for _ in range(60)]
+
+    def work(part):
+        try:
+            for idx in part:
+                assert r.read(idx).tobytes() == data[idx].tobytes()
+                r._blocks.prefetch(np.random.default_rng(int(idx[0])).integers(0, 400, 20))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(batches[k::4],)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert int(r._blocks.cache.slots.pins.sum()) == 0  # every pin released
+
+
+def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
+    data = images(160)
+    path = make_h5({"x": (data, "gzip")})
+    ds = H5LazyDataset(path, "x")
+    fit_chunk_cache(ds, ChunkShuffleSampler(ds, window_chunks=4))  # readahead of 4 chunks
+    assert ds.readahead_rows == 32
+    blocks = ds._x._blocks
+    decoded = []
+    original = blocks._decode_task
+    blocks._decode_task = lambda task: decoded.append(task[0]) or original(task)
+    ds.prefetch([0, 9, 17])
+    for _ in range(200):  # the pool finishes in the background
+        if len(blocks.cache) == 3:
+            break
+        threading.Event().wait(0.01)
+    x = ds[[17, 0, 9]]
+    np.testing.assert_array_equal(x.numpy(), data[[17, 0, 9]])
+    assert sorted(decoded) == [0, 1, 2]  # decoded once, by the prefetch
+
+
+def _loader_rows(path, context, workers):
+    ds = H5LazyDataset(path, "x", "y")
+    sampler = ChunkShuffleSampler(ds, batch_size=16, num_workers=workers, seed=4)
+    kw = {"multiprocessing_context": context} if workers else {}
+    loader = batched_loader(ds, 16, sampler=sampler, num_workers=workers, **kw)
+    xs, ys = zip(*[(x, y) for x, y in loader], strict=True)
+    return torch.cat(xs).numpy(), torch.cat(ys).numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_read_h5py_bytes(make_h5, context):
+    data = images(150)
+    path = make_h5({"x": (data, "gzip-shuffle"), "y": np.arange(150)})
+    x, y = _loader_rows(path, context, 2)
+    assert sorted(y.tolist()) == list(range(150))
+    np.testing.assert_array_equal(x, h5_rows(path, "x", y))
+    x0, y0 = _loader_rows(path, context, 0)
+    np.testing.assert_array_equal(x0, h5_rows(path, "x", y0))
+
+
+def test_plain_dataloader_over_window_reader(make_h5):
+    data = images(50)
+    path = make_h5({"x": (data, "gzip")})
+    ds = H5LazyDataset(path, "x")
+    got = torch.cat(list(DataLoader(ds, batch_size=8)))
+    np.testing.assert_array_equal(got.numpy(), data)

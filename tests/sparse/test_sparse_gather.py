@@ -1,0 +1,106 @@
+"""Gathering ranges of 1-d datasets (sparse data / indices) through RowReader, every layout."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nn_handler.dataloaders._io.reader import RowReader
+from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._sparse.gather import gather_ranges, plan_pieces
+
+N = 300
+# name -> create_dataset keywords for a 1-d dataset of N float32 values
+KINDS = {
+    "contiguous": {},
+    "chunked": {"chunks": (13,)},
+    "gzip": {"chunks": (13,), "compression": "gzip"},
+    "gzip-shuffle": {"chunks": (11,), "compression": "gzip", "shuffle": True},
+    "lzf": {"chunks": (17,), "compression": "lzf"},
+}
+STRATEGY = {
+    "contiguous": "memmap",
+    "chunked": "memmap",
+    "gzip": "decode",
+    "gzip-shuffle": "decode",
+    "lzf": "chunks",
+}
+VALUES = np.arange(N, dtype=np.float32) * 1.5
+
+
+@pytest.fixture(scope="module")
+def readers(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gather") / "d.h5"
+    with h5py.File(path, "w") as f:
+        for name, kw in KINDS.items():
+            f.create_dataset(name, data=VALUES, **kw)
+    source = H5Source(path, FileOptions(rdcc_nbytes=4 * 13 * 5))
+    return {name: RowReader(source, name) for name in KINDS}
+
+
+@st.composite
+def ranges(draw):
+    cuts = sorted(draw(st.sets(st.integers(0, N), max_size=30)))
+    pairs = [(cuts[i], cuts[i + 1]) for i in range(0, len(cuts) - 1, 2)]
+    empty = draw(st.lists(st.integers(0, N), max_size=3))  # empty ranges in between
+    pairs = sorted(pairs + [(e, e) for e in empty if all(not a < e < b for a, b in pairs)])
+    starts = np.array([a for a, _ in pairs], dtype=np.int64)
+    stops = np.array([b for _, b in pairs], dtype=np.int64)
+    return starts, stops
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(picked=ranges())
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_gather_equals_slices(readers, kind, picked):
+    starts, stops = picked
+    reader = readers[kind]
+    assert reader.strategy == STRATEGY[kind]
+    got = gather_ranges(reader, starts, stops)
+    expected = np.concatenate(
+        [VALUES[a:b] for a, b in zip(starts, stops, strict=True)] + [VALUES[:0]]
+    )
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_plan_pieces():
+    starts, stops = np.array([0, 12, 30]), np.array([5, 27, 31])
+    chunk_id, lo, hi, to, spill = plan_pieces(starts, stops, np.array([0, 5, 20]), 10)
+    assert chunk_id.tolist() == [0, 1, 2, 3]
+    assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == [
+        (0, 5),
+        (12, 20),
+        (20, 27),
+        (30, 31),
+    ]
+    assert to.tolist() == [0, 5, 13, 20] and spill.tolist() == [False, False, True, False]
+
+
+def test_read_chunks_and_heads(readers):
+    gz, shuffled = readers["gzip"], readers["gzip-shuffle"]
+    gz.clear_cache()
+    np.testing.assert_array_equal(gz.read_chunk_head(2, 4), VALUES[26:30])
+    assert len(gz._blocks.cache) == 0  # a head of a plain deflate chunk is not cached
+    blocks = gz.read_chunks([2, 23])
+    np.testing.assert_array_equal(blocks[0], VALUES[26:39])
+    np.testing.assert_array_equal(blocks[1], VALUES[299:300])  # the short last chunk
+    assert len(gz._blocks.cache) == 2
+    np.testing.assert_array_equal(gz.read_chunk_head(2, 13), VALUES[26:39])  # from the cache
+    shuffled.clear_cache()
+    np.testing.assert_array_equal(shuffled.read_chunk_head(1, 3), VALUES[11:14])
+    assert len(shuffled._blocks.cache) == 1  # shuffled: the whole chunk was decoded, and kept
+    np.testing.assert_array_equal(readers["chunked"].read_chunk_head(1, 2), VALUES[13:15])
+    np.testing.assert_array_equal(readers["lzf"].read_chunks([0])[0], VALUES[:17])
+    with pytest.raises(ValueError, match="is not chunked"):
+        readers["contiguous"].read_chunks([0])
+    with pytest.raises(IndexError, match="chunk 24 is out of range for 24 chunks"):
+        gz.read_chunks([24])
+    with pytest.raises(IndexError, match=r"rows \[0, 14\) of chunk 0 are outside"):
+        gz.read_chunk_head(0, 14)
+    with pytest.raises(IndexError, match=r"rows \[0, 2\) of chunk 23 are outside"):
+        gz.read_chunk_head(23, 2)

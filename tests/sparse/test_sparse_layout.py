@@ -1,0 +1,78 @@
+"""Recognising AnnData / 10x sparse groups, and the constructor call inspect prints."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from nn_handler.dataloaders import H5SparseDataset
+from nn_handler.dataloaders._io.sparse_layout import (
+    constructor_call,
+    describe_sparse,
+    detect_layout,
+    sparse_layouts,
+)
+
+from helpers.sparse_files import N_OBS, N_VARS, write_10x, write_anndata
+
+
+def test_anndata_layouts(tmp_path):
+    path = write_anndata(tmp_path / "a.h5ad", "csc-gzip")
+    with h5py.File(path, "a") as f:
+        f.copy("X", "layers/counts")
+        f.copy("X", "raw/X")
+        f.copy("var", "raw/var")
+    with h5py.File(path, "r") as f:
+        found = {lay.group: lay for lay in sparse_layouts(f)}
+        assert set(found) == {"X", "layers/counts", "raw/X"}
+        x = detect_layout(f, None, str(path))
+    assert x == found["X"]
+    assert (x.encoding, x.n_rows, x.n_cols) == ("csc_matrix", N_OBS, N_VARS)
+    assert (x.var_key, x.obs_key, x.rows_compressed) == ("var/_index", "obs", False)
+    assert found["raw/X"].var_key == "raw/var/_index"
+    assert x.data_key == "X/data" and x.indptr_key == "X/indptr" and x.compressed_len == N_VARS
+
+
+def test_10x_layouts(tmp_path):
+    path = write_10x(tmp_path / "t.h5")
+    with h5py.File(path, "a") as f:  # Cell Ranger 2: one group per genome, gene_names
+        g = f.create_group("GRCh38")
+        for key in ("data", "indices", "indptr", "shape"):
+            f.copy(f"matrix/{key}", g, name=key)
+        g["gene_names"] = np.array([f"g{j}" for j in range(N_VARS)], dtype="S")
+    with h5py.File(path, "r") as f:
+        layouts = {lay.group: lay for lay in sparse_layouts(f)}
+        auto = detect_layout(f, None, str(path))
+    assert auto.group == "matrix" and auto.encoding == "10x" and auto.rows_compressed
+    assert (auto.n_rows, auto.n_cols, auto.var_key) == (N_OBS, N_VARS, "matrix/features/name")
+    assert layouts["GRCh38"].var_key == "GRCh38/gene_names"
+    v2 = H5SparseDataset(path, group="GRCh38")
+    np.testing.assert_array_equal(v2[[3, 10]].numpy(), H5SparseDataset(path)[[3, 10]].numpy())
+    assert v2.column_names[:2] == ["g0", "g1"]
+
+
+def test_describe_gives_the_constructor_to_use(tmp_path):
+    h5ad = write_anndata(tmp_path / "a.h5ad", "csr-gzip")
+    (line,) = describe_sparse(str(h5ad))
+    assert line.startswith(f"X: csr_matrix {N_OBS} rows x {N_VARS} columns, ")
+    call = f"H5SparseDataset({str(h5ad)!r}, label='cell_type')"
+    assert line.endswith(call)
+    ds = eval(call, {"H5SparseDataset": H5SparseDataset})  # the printed call works
+    assert ds.label_categories == ["a", "b", "c"]
+    csc = write_anndata(tmp_path / "c.h5ad", "csc-plain")
+    assert "served through a CSR copy next to the file" in describe_sparse(str(csc))[0]
+    tenx = write_10x(tmp_path / "t.h5")
+    assert describe_sparse(str(tenx))[0].endswith(f"H5SparseDataset({str(tenx)!r})")
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = np.zeros((3, 2))
+    assert describe_sparse(str(plain)) == []
+
+
+def test_constructor_call_names_a_group_that_is_not_found_automatically(tmp_path):
+    path = write_anndata(tmp_path / "a.h5ad", "csr-gzip")
+    with h5py.File(path, "a") as f:
+        f.copy("X", "layers/counts")
+    with h5py.File(path, "r") as f:
+        layer = detect_layout(f, "layers/counts", str(path))
+    assert constructor_call("a.h5ad", layer) == "H5SparseDataset('a.h5ad', group='layers/counts')"

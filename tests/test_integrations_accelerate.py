@@ -1,0 +1,144 @@
+"""accelerate: ``accelerator.prepare(loader)`` on 2 CPU processes started by torch's launcher.
+
+accelerate splits every prepared loader's batches across its processes. Over a dataset that holds
+every row, the rows of both processes together must be the file's rows exactly once per epoch
+(plus accelerate's own ``even_batches`` pad, which fills the last round of batches from the start
+of the epoch), in another order each epoch; our samplers notice accelerate and hand it the whole
+epoch. Over ``RankMemCachedH5Dataset`` (already one shard per process) ``prepare`` must refuse
+with a message naming the fix. Resume from accelerate's ``use_stateful_dataloader=True`` state and
+from a plain torchdata ``StatefulDataLoader`` must be exact.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.ddp import free_port
+from helpers.integrations import (
+    BATCH,
+    ROWS,
+    SHARD_CASES,
+    WHOLE_CASES,
+    batch_rows,
+    check_exactly_once,
+    make_loader,
+    quiet,
+    stateful_resume_is_exact,
+    write_indexed,
+)
+
+pytest.importorskip("accelerate")
+pytest.importorskip("torchdata")
+
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    DistributedEpochSampler,
+    H5LazyDataset,
+    RankMemCachedH5Dataset,
+    batched_loader,
+)
+
+WORLD = 2
+
+
+def _epochs(loader: Any, epochs: int = 2) -> list[list[int]]:
+    return [[row for batch in loader for row in batch_rows(batch)] for _ in range(epochs)]
+
+
+def _accelerate_resume(path: Path) -> bool:
+    """accelerate's own stateful loader: stop after 5 batches, resume in a fresh one."""
+    from accelerate import Accelerator, DataLoaderConfiguration
+
+    config = DataLoaderConfiguration(use_stateful_dataloader=True)
+    accelerator = Accelerator(cpu=True, dataloader_config=config)
+    whole = H5LazyDataset(path, "x", "y")
+
+    def prepared() -> Any:
+        sampler = DistributedEpochSampler(len(whole), seed=1)
+        return accelerator.prepare(batched_loader(whole, BATCH, sampler=sampler))
+
+    full = _epochs(prepared(), 1)[0]
+    first, head = prepared(), []
+    for i, batch in enumerate(first):
+        head += batch_rows(batch)
+        if i == 4:
+            break
+    state = first.state_dict()
+    second = prepared()
+    second.load_state_dict(state)
+    tail = [row for batch in second for row in batch_rows(batch)]
+    return head + tail == full
+
+
+def _run_rank(path: str) -> dict[str, Any]:
+    """One process: every case through ``accelerator.prepare``, then the resume checks."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    rows: dict[str, Any] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for case in (*WHOLE_CASES, *SHARD_CASES):
+            try:
+                loader = accelerator.prepare(make_loader(case, Path(path)))
+            except ValueError as exc:
+                rows[case] = str(exc)
+                continue
+            rows[case] = {"epochs": _epochs(loader), "batches": len(loader)}
+    whole = H5LazyDataset(path, "x", "y")
+    shard = RankMemCachedH5Dataset(path, "x", "y", log_fn=quiet)
+    resume = {
+        "accelerate": _accelerate_resume(Path(path)),
+        "dist": stateful_resume_is_exact(
+            lambda: DistributedEpochSampler(len(whole), seed=1), whole, batched=True
+        ),
+        "chunk": stateful_resume_is_exact(
+            lambda: ChunkShuffleSampler(whole, seed=2, window_chunks=4), whole, batched=True
+        ),
+        "rank": stateful_resume_is_exact(lambda: shard.make_sampler(), shard, batched=False),
+    }
+    ours = [str(w.message) for w in caught if "Sampler" in str(w.message)]
+    return {"rows": rows, "resume": resume, "warnings": ours, "rank": accelerator.process_index}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_accelerate_prepare_on_two_processes(tmp_path):
+    path = write_indexed(tmp_path / "rows.h5")
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=WORLD,
+        run_id="nn_handler_accelerate",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        max_restarts=0,
+        monitor_interval=0.5,
+    )
+    results = elastic_launch(config, _run_rank)(str(path))
+    ranks = [results[r] for r in range(WORLD)]
+    assert [rank["rank"] for rank in ranks] == [0, 1]
+    for case in WHOLE_CASES:
+        batches = ranks[0]["rows"][case]["batches"]
+        for epoch in range(2):
+            per_rank = [rank["rows"][case]["epochs"][epoch] for rank in ranks]
+            # accelerate's even_batches: every batch full, the last round filled from the start
+            repeats = check_exactly_once(per_rank, ROWS, max_repeats=WORLD * BATCH - 1)
+            assert repeats == batches * BATCH * WORLD - ROWS, case
+            assert [len(rows) for rows in per_rank] == [batches * BATCH] * WORLD, case
+        for rank in ranks:
+            assert rank["rows"][case]["epochs"][0] != rank["rows"][case]["epochs"][1], case
+    for case in SHARD_CASES:
+        for rank in ranks:
+            message = rank["rows"][case]
+            assert isinstance(message, str), f"{case}: prepare() accepted a sharded dataset"
+            assert "rank-sharded dataset" in message and "prepare the model" in message
+    for rank in ranks:
+        assert rank["resume"] == dict.fromkeys(("accelerate", "dist", "chunk", "rank"), True)
+        assert rank["warnings"] == []

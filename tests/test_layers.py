@@ -1,0 +1,167 @@
+"""The layer rules of the package, checked on its import graph (docs/design.md draws them).
+
+* Only ``dataloaders/_io`` talks to h5py (the tools that write or inspect files aside).
+* ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code.
+* Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
+  only remembers which live datasets are rank shards).
+* Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``) stand on ``_io``
+  alone, never on another dataset's internals or on a public module above them.
+* ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
+* No import cycles, counting imports inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = "nn_handler"
+SRC = Path(__file__).resolve().parents[1] / "src" / PKG
+TOOLS = (
+    "nn_handler.h5inspect",
+    "nn_handler._inspect",
+    "nn_handler.demo",
+    "nn_handler.cli",
+    "nn_handler.bench",
+)
+SAMPLERS = ("nn_handler.dataloaders.samplers", "nn_handler.dataloaders.chunk_sampler")
+INTERNALS = ("_combined", "_per_sample", "_rank_cache")
+IO = "nn_handler.dataloaders._io"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_package(name: str) -> bool:
+    return (SRC.parent / name.replace(".", "/") / "__init__.py").exists()
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (inside functions too)."""
+    name = _module_name(path)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            found.add(base)
+            for alias in node.names:  # `from pkg import module`
+                if (
+                    _is_package(base)
+                    and (SRC.parent / base.replace(".", "/")).joinpath(f"{alias.name}.py").exists()
+                ):
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+GRAPH = {_module_name(p): _imports(p) for p in sorted(SRC.rglob("*.py"))}
+
+
+def _within(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _own(imports: set[str]) -> set[str]:
+    return {i for i in imports if _within(i, PKG)}
+
+
+def test_the_graph_sees_every_module():
+    assert len(GRAPH) > 50 and "nn_handler.dataloaders._io.reader" in GRAPH
+    assert "nn_handler.dataloaders._io.source" in GRAPH["nn_handler.dataloaders._io.reader"]
+
+
+def test_only_io_imports_h5py():
+    offenders = sorted(
+        m
+        for m, imports in GRAPH.items()
+        if any(_within(i, "h5py") for i in imports) and not _within(m, IO, *TOOLS)
+    )
+    assert offenders == []
+
+
+def test_io_is_the_bottom_layer():
+    allowed = (IO, "nn_handler._validate", "nn_handler.distributed")
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, IO)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+
+
+def test_samplers_read_no_files():
+    allowed = (
+        "nn_handler._validate",
+        "nn_handler.distributed",
+        "nn_handler.dataloaders._protocols",
+        "nn_handler.dataloaders._sharding",  # which live datasets are rank shards (no files)
+        *SAMPLERS,
+    )
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if m in SAMPLERS
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert not any(_within(i, "h5py") for m in SAMPLERS for i in GRAPH[m])
+
+
+@pytest.mark.parametrize("internals", INTERNALS)
+def test_dataset_internals_stand_on_io_only(internals):
+    package = f"nn_handler.dataloaders.{internals}"
+    allowed = (
+        package,
+        IO,
+        "nn_handler._validate",
+        "nn_handler.distributed",
+        "nn_handler.dataloaders._protocols",
+    )
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, package)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+
+
+def test_training_uses_the_public_dataloaders_surface_only():
+    private = {
+        i
+        for m, imports in GRAPH.items()
+        if _within(m, "nn_handler._training", "nn_handler.handler")
+        for i in imports
+        if _within(i, "nn_handler.dataloaders")
+        and any(part.startswith("_") for part in i.split(".")[2:])
+    }
+    assert private == set()
+
+
+def test_no_import_cycles():
+    own = {m: _own(imports) & GRAPH.keys() for m, imports in GRAPH.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(own[m]):
+            if n == m or _within(m, n):  # a module importing its own package's __init__
+                continue
+            if state.get(n) == 1:
+                cycles.append([*path[path.index(n) :], n] if n in path else [m, n])
+            elif n not in state:
+                visit(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(own):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
