@@ -475,7 +475,26 @@ def window_reader(dset: h5py.Dataset, source: H5Source) -> WindowBlocks | None:
     if pipeline is None:
         return None
     table = ChunkTable.build(dset, source.path)
-    if table is None:
+    if table is None or not _hdf5_agrees(dset, table):
         return None
     shape = tuple(int(s) for s in dset.shape)
     return WindowBlocks(source, shape, dset.dtype, table, pipeline)
+
+
+def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable) -> bool:
+    """True when HDF5 serves the last chunk of the file with the bytes we would read.
+
+    ``pread`` reads whatever the table says; HDF5 also checks addresses against the end of the
+    file its superblock records. A damaged superblock makes HDF5 refuse chunks that we would
+    happily serve, so, as the memory map is checked against h5py, the chunk that lies furthest
+    into the file is read both ways once; on any disagreement the other readers (HDF5's reads,
+    with HDF5's errors) take over.
+    """
+    block = int(np.argmax(table.offsets + table.sizes))
+    coords = (block * int(dset.chunks[0]), *(0 for _ in dset.shape[1:]))
+    try:
+        mask, raw = dset.id.read_direct_chunk(coords)
+        ours, our_mask = table.read(block)
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return bool(mask == our_mask and ours.tobytes() == bytes(raw))
