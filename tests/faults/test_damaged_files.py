@@ -100,7 +100,8 @@ def test_short_deflate_stream_raises_on_every_path(tmp_path):
     path = short_gzip_file(tmp_path)
     ds = H5LazyDataset(path, "x")
     problem = (
-        r"g\.h5': the chunk at \(0, 0\) is corrupt \(.*(decoded|inflates) to 800 bytes, expected 1600"
+        r"g\.h5': the chunk at \(0, 0\) is corrupt "
+        r"\(.*(decoded|inflates) to 800 bytes, expected 1600"
     )
     for read in (lambda: ds[60], lambda: ds[[60, 500]], lambda: ds.__getitems__([3])):
         with pytest.raises(CorruptFileError, match=problem):

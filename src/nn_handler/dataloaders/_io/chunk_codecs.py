@@ -101,6 +101,7 @@ class ChunkPipeline:
             if step.code == FLETCHER32:
                 current = _verified(current, size)
                 continue
+            assert size is not None  # only a checksum step checks an unknown size
             dest = out if k == 0 else _scratch(size, k % 2)
             _UNDO[step.code](step, current, dest)
             current = dest
