@@ -4,8 +4,8 @@
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
-* Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``) stand on ``_io``
-  alone, never on another dataset's internals or on a public module above them.
+* Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
+  on ``_io`` alone, never on another dataset's internals or on a public module above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
 """
@@ -27,7 +27,7 @@ TOOLS = (
     "nn_handler.bench",
 )
 SAMPLERS = ("nn_handler.dataloaders.samplers", "nn_handler.dataloaders.chunk_sampler")
-INTERNALS = ("_combined", "_per_sample", "_rank_cache")
+INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler.dataloaders._io"
 
 
