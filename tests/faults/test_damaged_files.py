@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import struct
 import time
 import zlib
@@ -416,7 +417,7 @@ def test_deflate_bomb_is_refused_at_one_chunk_of_memory(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     grown_kib, message = done.stdout.split(" ", 1)
-    assert "inflates past 400000 bytes" in message
+    assert re.search(r"inflates (past|to more than the expected) 400000 bytes", message)
     assert int(grown_kib) < 64 * 1024  # was 2.1x h5py's peak: ours, then h5py's inflate
 
 

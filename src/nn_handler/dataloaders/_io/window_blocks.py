@@ -495,6 +495,8 @@ def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable) -> bool:
     try:
         mask, raw = dset.id.read_direct_chunk(coords)
         ours, our_mask = table.read(block)
+        return bool(mask == our_mask and ours.tobytes() == bytes(raw))
     except (OSError, RuntimeError, ValueError):
         return False
-    return bool(mask == our_mask and ours.tobytes() == bytes(raw))
+    finally:
+        table.close()  # construction leaves no descriptor open: the reading process opens one
