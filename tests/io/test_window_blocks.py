@@ -130,3 +130,42 @@ def test_plain_dataloader_over_window_reader(make_h5):
     ds = H5LazyDataset(path, "x")
     got = torch.cat(list(DataLoader(ds, batch_size=8)))
     np.testing.assert_array_equal(got.numpy(), data)
+
+
+@pytest.mark.parametrize("budget", [3 * 8 * ROW, 0, 256 * 1024**2])
+def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkeypatch, budget):
+    from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline, UnsupportedChunkError
+
+    data = images(203)  # edge chunk included: 203 rows in chunks of 8
+    path = make_h5({"x": (data, "gzip")})
+    r = reader(path, rdcc_nbytes=budget)
+    assert isinstance(r._blocks, WindowBlocks)
+
+    def unsupported(self, raw, mask, out):
+        out[:] = 0xAB  # whatever a failed decode left behind must not reach the batch
+        raise UnsupportedChunkError("a variant we do not decode")
+
+    monkeypatch.setattr(ChunkPipeline, "decode_into", unsupported)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        idx = rng.integers(0, 203, 64)
+        assert r.read(idx).tobytes() == data[idx].tobytes()
+    assert r.read_range(0, 203).tobytes() == data.tobytes()
+    assert r.read_chunk_head(25, 3).tobytes() == data[200:203].tobytes()
+
+
+def test_a_chunk_that_fails_to_decode_raises_naming_it(make_h5, monkeypatch):
+    from nn_handler.dataloaders import CorruptFileError
+    from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline
+    from nn_handler.dataloaders._io.decode import ChunkDecodeError
+
+    data = images(40)
+    path = make_h5({"x": (data, "gzip")})
+    r = reader(path)
+
+    def short(self, raw, mask, out):
+        raise ChunkDecodeError("chunk decoded to 12 bytes, expected 384")
+
+    monkeypatch.setattr(ChunkPipeline, "decode_into", short)
+    with pytest.raises(CorruptFileError, match=r"the chunk at \(16, 0, 0\) is corrupt .*12 bytes"):
+        r.read([17])

@@ -32,6 +32,7 @@ from .decode import ChunkCodec, ChunkDecodeError
 from .errors import CorruptFileError
 from .indices import IndexArray
 from .process import PerProcess
+from .raw_chunks import chunk_info_at, read_direct_chunk
 from .source import H5Source
 from .threads import run_parallel
 
@@ -177,7 +178,7 @@ class ChunkBlocks:
             offset = (self._start(block), *(0 for _ in self.row_shape))
             row_nbytes = self.block_nbytes // self.block_rows
             try:
-                mask, raw = dset.id.read_direct_chunk(offset)
+                mask, raw = read_direct_chunk(dset.id, offset)
                 head = self.codec.decode_head(raw, rows * row_nbytes, mask)
             except (RuntimeError, OSError, ChunkDecodeError):
                 head = None  # unwritten or corrupt: h5py reads the block and says why
@@ -216,7 +217,7 @@ class ChunkBlocks:
         def decode_into(task: _Task) -> _Task | None:
             offset, dest = task
             try:
-                mask, raw = dset_id.read_direct_chunk(offset)
+                mask, raw = read_direct_chunk(dset_id, offset)
             except (RuntimeError, MemoryError, OSError) as exc:
                 # never written: h5py serves the fill value (h5py raises MemoryError or
                 # OSError when the dataset has no chunk at all)
@@ -259,7 +260,7 @@ class ChunkBlocks:
 def _unwritten(dset_id: Any, offset: tuple[int, ...]) -> bool:
     """True when the chunk at ``offset`` was never written (HDF5 serves the fill value)."""
     try:
-        return dset_id.get_chunk_info_by_coord(offset).byte_offset is None
+        return chunk_info_at(dset_id, offset).byte_offset is None
     except (RuntimeError, OSError, ValueError) as exc:
         return "not initialized" in str(exc) or "not allocated" in str(exc)
 

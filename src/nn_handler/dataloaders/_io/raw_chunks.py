@@ -21,11 +21,19 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py._objects import phil
 
 from .errors import FileChangedError
 from .process import PerProcess
 
-__all__ = ["ChunkTable", "ChunkTableError", "chunk_address_base", "visit_chunks"]
+__all__ = [
+    "ChunkTable",
+    "ChunkTableError",
+    "chunk_address_base",
+    "chunk_info_at",
+    "read_direct_chunk",
+    "visit_chunks",
+]
 
 _UNALLOCATED = -1
 
@@ -179,11 +187,12 @@ def visit_chunks(dset: h5py.Dataset, visit: Callable[[Any, int], None]) -> None:
         if info.byte_offset is not None:
             visit(info, base + int(info.byte_offset))
 
-    if hasattr(dset.id, "chunk_iter"):
-        dset.id.chunk_iter(record)
-    else:  # h5py built against HDF5 < 1.12.3
-        for i in range(dset.id.get_num_chunks()):
-            record(dset.id.get_chunk_info(i))
+    with phil:  # h5py before 3.16 left some chunk queries outside its lock
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(record)
+        else:  # h5py built against HDF5 < 1.12.3
+            for i in range(dset.id.get_num_chunks()):
+                record(dset.id.get_chunk_info(i))
 
 
 def chunk_address_base(dset: h5py.Dataset) -> int:
@@ -196,3 +205,21 @@ def chunk_address_base(dset: h5py.Dataset) -> int:
     if h5py.version.hdf5_version_tuple >= (1, 14, 4):
         return 0
     return int(dset.file.userblock_size)
+
+
+def read_direct_chunk(dset_id: Any, offset: tuple[int, ...]) -> tuple[int, bytes]:
+    """``dset_id.read_direct_chunk(offset)`` under h5py's global lock.
+
+    h5py before 3.16 (h5py/h5py#2764) called HDF5 here without its lock: two decode threads
+    reading raw chunks at once crashed the process (seen with h5py 3.10). The lock is
+    re-entrant, so newer h5py, which takes it itself, pays nothing extra.
+    """
+    with phil:
+        mask, raw = dset_id.read_direct_chunk(offset)
+    return int(mask), raw
+
+
+def chunk_info_at(dset_id: Any, offset: tuple[int, ...]) -> Any:
+    """``dset_id.get_chunk_info_by_coord(offset)`` under h5py's global lock (see above)."""
+    with phil:
+        return dset_id.get_chunk_info_by_coord(offset)

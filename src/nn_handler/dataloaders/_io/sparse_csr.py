@@ -35,6 +35,7 @@ import h5py
 import numpy as np
 
 from .indices import IndexArray
+from .raw_chunks import read_direct_chunk
 from .reader import RowReader
 from .source import H5Source
 from .sparse_layout import SparseLayout, check_indptr
@@ -133,7 +134,7 @@ def _edge_bytes(dset: h5py.Dataset) -> bytes:
     parts = []
     for first in sorted({0, (n - 1) // rows * rows}):
         try:
-            parts.append(bytes(dset.id.read_direct_chunk((first,))[1]))
+            parts.append(bytes(read_direct_chunk(dset.id, (first,))[1]))
         except (OSError, RuntimeError):  # an unwritten chunk: hash what HDF5 serves
             parts.append(dset[first : first + rows].tobytes())
     return b"".join(parts)
