@@ -205,7 +205,8 @@ def test_corrupt_chunk_raises_as_h5py_does(tmp_path):
         fh.write(bytes([byte ^ 0xFF]))
     r = reader(path, swmr=False)
     np.testing.assert_array_equal(r.read([0, 99]), data[[0, 99]])  # other chunks still fine
-    with h5py.File(path, "r") as f, pytest.raises(OSError, match="filter returned failure"):
+    h5py_says = r"(?i)filter returned failure|fletcher"  # the wording depends on HDF5's version
+    with h5py.File(path, "r") as f, pytest.raises(OSError, match=h5py_says):
         f["x"][35]
     corrupt = r"'/x' of .*d\.h5'.* chunk at \(30, 0\) is corrupt .*Fletcher-32"
     with pytest.raises(CorruptFileError, match=corrupt):

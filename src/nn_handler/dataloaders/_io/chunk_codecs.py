@@ -265,8 +265,10 @@ def _blosc2(step: _Step, src: Buffer, dest: Buffer) -> None:
     blosc2: Any = _module("blosc2")
     try:
         if src[2:9].tobytes() == b"b2frame":  # a b2nd array (chunks of 2+ dimensions)
-            # ``[...]``, not ``[()]``: blosc2 < 3 fails on ``[()]`` for the void dtype h5py writes
-            array = np.ascontiguousarray(blosc2.ndarray_from_cframe(src.tobytes())[...])
+            # The array reads the frame in place: keep the bytes alive while it does (a
+            # temporary freed at once made blosc2 < 4 read freed memory: garbage or an error)
+            frame = src.tobytes()
+            array = np.ascontiguousarray(blosc2.ndarray_from_cframe(frame)[...])
             if array.nbytes != dest.nbytes:
                 raise ChunkDecodeError(
                     f"blosc2 frame holds {array.nbytes} bytes, expected {dest.nbytes}"

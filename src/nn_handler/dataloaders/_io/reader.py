@@ -178,10 +178,8 @@ class RowReader:
             self._copy_mapped_range(start, stop, out, checked)
         elif self._blocks is not None:
             self._blocks.read_range(self._dataset(), start, stop, out)
-        elif self.dtype.hasobject:
-            out[...] = self._dataset()[start:stop]
         else:
-            self._dataset().read_direct(out, np.s_[start:stop])
+            self._read_slab_into(self._dataset(), start, stop, out)
         return out
 
     def read_chunks(self, chunks: list[int]) -> list[np.ndarray[Any, Any]]:
@@ -350,7 +348,7 @@ class RowReader:
     ) -> np.ndarray[Any, Any]:
         if self.dtype.hasobject:
             buf[...] = dset[start:stop]
-        else:
+        elif buf.size:  # rows of no elements hold nothing (h5py < 3.11 divides by zero there)
             dset.read_direct(buf, np.s_[start:stop])
         return buf
 
