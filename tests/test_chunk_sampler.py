@@ -15,6 +15,7 @@ from nn_handler.dataloaders import (
 )
 from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
 
+from helpers.chunk_orders import rank_orders
 from helpers.files import h5_rows, images
 from helpers.resume import check_resume
 
@@ -23,20 +24,8 @@ configs = st.tuples(st.integers(0, 400), st.integers(1, 40), st.integers(1, 6), 
 
 
 def orders(n, block, window, world, *, seed=0, epoch=0, even="pad"):
-    result = []
-    for rank in range(world):
-        s = ChunkShuffleSampler(
-            n,
-            block_size=block,
-            window_chunks=window,
-            rank=rank,
-            world_size=world,
-            seed=seed,
-            even=even,
-        )
-        s.set_epoch(epoch)
-        result.append(np.array(list(s), dtype=np.int64))
-    return result
+    kw = {"block_size": block, "window_chunks": window, "seed": seed, "even": even}
+    return rank_orders(n, world, epoch=epoch, **kw)
 
 
 @given(st.integers(0, 500), st.integers(1, 70), st.integers(1, 9), st.integers(0, 2**40))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from nn_handler.dataloaders import ChunkShuffleSampler, fit_chunk_cache
 from nn_handler.dataloaders.chunk_sampler import starts_order, window_shuffle_at
 
+from helpers.chunk_orders import rank_orders
 from helpers.resume import check_resume
 
 
@@ -27,21 +28,8 @@ def layouts(draw, max_n=400):
 
 
 def orders(n, starts, window, world, *, seed=0, epoch=0, even="pad", **kw):
-    result = []
-    for rank in range(world):
-        s = ChunkShuffleSampler(
-            n,
-            block_starts=starts,
-            window_chunks=window,
-            rank=rank,
-            world_size=world,
-            seed=seed,
-            even=even,
-            **kw,
-        )
-        s.set_epoch(epoch)
-        result.append(np.array(list(s), dtype=np.int64))
-    return result
+    kw.update(block_starts=starts, window_chunks=window, seed=seed, even=even)
+    return rank_orders(n, world, epoch=epoch, **kw)
 
 
 def block_of(n, starts):
