@@ -212,7 +212,7 @@ class WindowBlocks:
             if state.block_in[slot] == block:
                 if ok:
                     state.state[slot] = _READY
-                else:  # a later read decodes it again, falling back to h5py
+                else:  # a later read decodes it again and reports what is wrong
                     state.forget(block)
             state.pins[slot] -= 1
             self.cache.lock.notify_all()
