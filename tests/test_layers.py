@@ -1,11 +1,13 @@
 """The layer rules of the package, checked on its import graph (docs/design.md draws them).
 
 * Only ``dataloaders/_io`` talks to h5py (the tools that write or inspect files aside).
-* ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code.
+* ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
+  no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_samples``).
+* ``_samples`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
-  on ``_io`` alone, never on another dataset's internals or on a public module above them.
+  on ``_io`` and ``_samples`` alone, never on another dataset's internals or on a public module above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
 """
@@ -29,6 +31,7 @@ TOOLS = (
 SAMPLERS = ("nn_handler.dataloaders.samplers", "nn_handler.dataloaders.chunk_sampler")
 INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler.dataloaders._io"
+SAMPLES = "nn_handler.dataloaders._samples"
 
 
 def _module_name(path: Path) -> str:
@@ -75,8 +78,10 @@ def _own(imports: set[str]) -> set[str]:
 
 
 def test_the_graph_sees_every_module():
-    assert len(GRAPH) > 50 and "nn_handler.dataloaders._io.reader" in GRAPH
-    assert "nn_handler.dataloaders._io.source" in GRAPH["nn_handler.dataloaders._io.reader"]
+    assert len(GRAPH) > 50 and "nn_handler.dataloaders._io.rows.reader" in GRAPH
+    assert (
+        "nn_handler.dataloaders._io.file.source" in GRAPH["nn_handler.dataloaders._io.rows.reader"]
+    )
 
 
 def test_only_io_imports_h5py():
@@ -94,6 +99,25 @@ def test_io_is_the_bottom_layer():
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
         if _within(m, IO)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+
+
+def test_io_imports_no_torch():
+    offenders = sorted(
+        m
+        for m, imports in GRAPH.items()
+        if _within(m, IO) and any(_within(i, "torch") for i in imports)
+    )
+    assert offenders == []
+
+
+def test_samples_stand_on_io_only():
+    allowed = (SAMPLES, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, SAMPLES)
     }
     assert {m: bad for m, bad in offenders.items() if bad} == {}
 
@@ -121,6 +145,7 @@ def test_dataset_internals_stand_on_io_only(internals):
     allowed = (
         package,
         IO,
+        SAMPLES,
         "nn_handler._validate",
         "nn_handler.distributed",
         "nn_handler.dataloaders._protocols",

@@ -15,10 +15,11 @@ from typing import Any
 
 import h5py
 
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+
 from ._inspect.dataset import DatasetReport, FieldReport, dataset_report, unreadable_report
 from ._inspect.structures import Structure, detect
 from ._inspect.values import read_attrs
-from .dataloaders._io.source import FileOptions, H5Source
 
 __all__ = [
     "DatasetReport",

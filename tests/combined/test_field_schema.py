@@ -12,7 +12,7 @@ from nn_handler.dataloaders._combined.fields import (
     resolve_field_names,
     scan_file,
 )
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 
 
 def test_resolve_field_names_renames_and_adds():

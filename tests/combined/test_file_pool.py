@@ -8,7 +8,7 @@ import pytest
 
 from nn_handler.dataloaders._combined.fields import FieldInfo, FileSchema
 from nn_handler.dataloaders._combined.file_pool import FileColumns, FilePool
-from nn_handler.dataloaders._io.source import FileOptions
+from nn_handler.dataloaders._io.file.source import FileOptions
 
 from helpers.files import images
 

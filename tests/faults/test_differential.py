@@ -34,9 +34,9 @@ from nn_handler.dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from nn_handler.dataloaders._io.reader import RowReader
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.tensors import to_tensor
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler.dataloaders._samples.tensors import to_tensor
 
 from helpers.damage import reduce_precision
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from nn_handler.dataloaders import H5LazyDataset
-from nn_handler.dataloaders._io.blocks import BlockCache
-from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline
-from nn_handler.dataloaders._io.decode import ChunkCodec
-from nn_handler.dataloaders._io.reader import RowReader
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.chunks.blocks import BlockCache
+from nn_handler.dataloaders._io.chunks.codec import ChunkCodec
+from nn_handler.dataloaders._io.chunks.pipeline import ChunkPipeline
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
 
 from helpers.files import images
 from helpers.process import as_if_forked

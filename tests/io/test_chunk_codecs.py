@@ -6,7 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.chunk_codecs import (
+from nn_handler.dataloaders._io.chunks.codec import ChunkDecodeError
+from nn_handler.dataloaders._io.chunks.inflate import InflateError, inflate_into
+from nn_handler.dataloaders._io.chunks.pipeline import (
     BITSHUFFLE,
     BLOSC,
     BLOSC2,
@@ -16,12 +18,10 @@ from nn_handler.dataloaders._io.chunk_codecs import (
     supported_filters,
     unshuffle_into,
 )
-from nn_handler.dataloaders._io.decode import ChunkDecodeError
+from nn_handler.dataloaders._io.chunks.window import WindowBlocks
 from nn_handler.dataloaders._io.errors import CorruptFileError
-from nn_handler.dataloaders._io.inflate_into import InflateError, inflate_into
-from nn_handler.dataloaders._io.reader import RowReader
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.window_blocks import WindowBlocks
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
 

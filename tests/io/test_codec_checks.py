@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, RankMemCachedH5Dataset
-from nn_handler.dataloaders._io import codecs as _codecs
+from nn_handler.dataloaders._io.file import filters as _codecs
 
 from helpers.real_files import write_odd_types
 

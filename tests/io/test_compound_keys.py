@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, RankMemCachedH5Dataset
-from nn_handler.dataloaders._io.field_reader import FieldReader, open_reader
-from nn_handler.dataloaders._io.keys import resolve_key, splits
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.fields import FieldReader, open_reader
+from nn_handler.dataloaders._io.rows.keys import resolve_key, splits
 
 from helpers.real_files import table_rows, write_compound, write_pandas, write_pytables
 

@@ -9,11 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nn_handler.dataloaders._io.decode as decode_module
-from nn_handler.dataloaders._io.decode import ChunkDecodeError, codec_for, fletcher32, unshuffle
+import nn_handler.dataloaders._io.chunks.codec as decode_module
+from nn_handler.dataloaders._io.chunks.codec import (
+    ChunkDecodeError,
+    codec_for,
+    fletcher32,
+    unshuffle,
+)
 from nn_handler.dataloaders._io.errors import CorruptFileError
-from nn_handler.dataloaders._io.reader import RowReader
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
 
 DTYPES = ["<f4", ">f4", "u1", "f2", "c8", "bool", ">i2", "<i8", "S5"]
 # (gzip level or None, shuffle, fletcher32): every combination the decoder claims

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, H5SampleDataset
-from nn_handler.dataloaders._io import threads
+from nn_handler.dataloaders._io.chunks import pool as threads
 from nn_handler.dataloaders._io.process import PerProcess, process_generation
 
 from helpers.files import h5_rows, images

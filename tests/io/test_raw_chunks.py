@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.raw_chunks import ChunkTable, ChunkTableError
+from nn_handler.dataloaders._io.chunks.table import ChunkTable, ChunkTableError
 
 from helpers.files import images
 from helpers.process import as_if_forked

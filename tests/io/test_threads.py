@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
-from nn_handler.dataloaders._io import threads as threads_module
-from nn_handler.dataloaders._io.threads import ENV_VAR, decode_threads, run_parallel
+from nn_handler.dataloaders._io.chunks import pool as threads_module
+from nn_handler.dataloaders._io.chunks.pool import ENV_VAR, decode_threads, run_parallel
 
 from helpers.files import h5_rows, images
 

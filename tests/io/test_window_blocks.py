@@ -14,9 +14,9 @@ from nn_handler.dataloaders import (
     batched_loader,
     fit_chunk_cache,
 )
-from nn_handler.dataloaders._io.reader import RowReader
-from nn_handler.dataloaders._io.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.window_blocks import WindowBlocks
+from nn_handler.dataloaders._io.chunks.window import WindowBlocks
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
 
 from helpers.files import h5_rows, images
 
@@ -134,7 +134,7 @@ def test_plain_dataloader_over_window_reader(make_h5):
 
 @pytest.mark.parametrize("budget", [3 * 8 * ROW, 0, 256 * 1024**2])
 def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkeypatch, budget):
-    from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline, UnsupportedChunkError
+    from nn_handler.dataloaders._io.chunks.pipeline import ChunkPipeline, UnsupportedChunkError
 
     data = images(203)  # edge chunk included: 203 rows in chunks of 8
     path = make_h5({"x": (data, "gzip")})
@@ -156,8 +156,8 @@ def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkey
 
 def test_a_chunk_that_fails_to_decode_raises_naming_it(make_h5, monkeypatch):
     from nn_handler.dataloaders import CorruptFileError
-    from nn_handler.dataloaders._io.chunk_codecs import ChunkPipeline
-    from nn_handler.dataloaders._io.decode import ChunkDecodeError
+    from nn_handler.dataloaders._io.chunks.codec import ChunkDecodeError
+    from nn_handler.dataloaders._io.chunks.pipeline import ChunkPipeline
 
     data = images(40)
     path = make_h5({"x": (data, "gzip")})

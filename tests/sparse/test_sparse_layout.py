@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 
 from nn_handler.dataloaders import H5SparseDataset
-from nn_handler.dataloaders._io.sparse_layout import (
+from nn_handler.dataloaders._io.formats.sparse_layout import (
     constructor_call,
     describe_sparse,
     detect_layout,

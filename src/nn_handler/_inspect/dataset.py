@@ -13,12 +13,13 @@ from typing import Any
 
 import h5py
 
+from nn_handler.dataloaders._io.file.filters import FilterInfo, filters_of
+from nn_handler.dataloaders._io.file.source import H5Source
+from nn_handler.dataloaders._io.rows.keys import field_key
+from nn_handler.dataloaders._io.rows.kinds import sample_kind, unsupported_reason
+from nn_handler.dataloaders._io.rows.reader import RowReader
+
 from .._validate import format_bytes
-from ..dataloaders._io.codecs import FilterInfo, filters_of
-from ..dataloaders._io.keys import field_key
-from ..dataloaders._io.kinds import sample_kind, unsupported_reason
-from ..dataloaders._io.reader import RowReader
-from ..dataloaders._io.source import H5Source
 from .structures import is_dimension_scale
 from .values import read_attrs
 

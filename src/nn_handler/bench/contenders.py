@@ -23,6 +23,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.keys import resolve_key
+from nn_handler.dataloaders._io.rows.reader import RowReader
+
 from ..dataloaders import (
     ChunkShuffleSampler,
     EpochShuffleSampler,
@@ -30,9 +34,6 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from ..dataloaders._io.keys import resolve_key
-from ..dataloaders._io.reader import RowReader
-from ..dataloaders._io.source import FileOptions, H5Source
 from .timing import Result, batch_len, shuffled_batches, timed_call, timed_pass
 
 __all__ = [

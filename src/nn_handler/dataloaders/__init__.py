@@ -4,6 +4,7 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
+from ._io.chunks.pool import decode_threads, set_decode_threads
 from ._io.errors import (
     CorruptFileError,
     DataFileError,
@@ -11,7 +12,6 @@ from ._io.errors import (
     FileChangedError,
     MissingFilterError,
 )
-from ._io.threads import decode_threads, set_decode_threads
 from ._protocols import (
     STATE_CONSUMED,
     STATE_EPOCH,

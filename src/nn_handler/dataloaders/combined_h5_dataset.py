@@ -29,9 +29,9 @@ from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
 from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
+from ._io.file.source import FileOptions, LockingMode
 from ._io.indices import IndexArray, as_index_array, normalize_index
 from ._io.process import PerProcess
-from ._io.source import FileOptions, LockingMode
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler, EvenMode
 

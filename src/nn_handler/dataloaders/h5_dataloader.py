@@ -18,12 +18,12 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validate import check_callable, check_key, numpy_dtype
-from ._io.columns import Column, apply, collect, label_map_from
-from ._io.field_reader import Reader, open_reader
-from ._io.h5types import as_str_array
+from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from ._io.file.types import as_str_array
 from ._io.indices import is_scalar_index
-from ._io.source import FileOptions, H5Source, LockingMode, close_inherited_sources
-from ._io.worker_batches import read_batch
+from ._io.rows.fields import Reader, open_reader
+from ._samples.columns import Column, apply, collect, label_map_from
+from ._samples.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 

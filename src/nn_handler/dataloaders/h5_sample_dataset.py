@@ -18,15 +18,15 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validate import check_callable, check_int, format_names, numpy_dtype
-from ._io.attrs import LabelReader
 from ._io.errors import DataFileError
-from ._io.members import open_dataset_id
-from ._io.source import FileOptions, H5Source, LockingMode
-from ._io.tensors import to_tensor
-from ._io.whole import SampleReader
+from ._io.file.source import FileOptions, H5Source, LockingMode
+from ._io.formats.attrs import LabelReader
+from ._io.formats.members import open_dataset_id
+from ._io.formats.whole import SampleReader
 from ._per_sample.collate import pad_collate
 from ._per_sample.files import index_files
 from ._per_sample.index import NamePattern, SampleIndex
+from ._samples.tensors import to_tensor
 
 __all__ = ["H5SampleDataset", "pad_collate"]
 

@@ -20,9 +20,9 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validate import check_choice, check_key, numpy_dtype
+from ._io.file.source import FileOptions, LockingMode
+from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
-from ._io.source import FileOptions, LockingMode
-from ._io.sparse_labels import merge_labels
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file

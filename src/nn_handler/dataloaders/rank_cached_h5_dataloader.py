@@ -37,8 +37,8 @@ from .._validate import (
 )
 from ..distributed import World
 from . import _sharding
+from ._io.file.source import FileOptions, H5Source, LockingMode
 from ._io.indices import as_index_array, is_scalar_index, normalize_index
-from ._io.source import FileOptions, H5Source, LockingMode
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .._io.indices import IndexArray
-from .._io.tensors import to_tensor
+from .._samples.tensors import to_tensor
 from .fields import VALID_MASK, OutputField, as_str_array
 from .file_pool import FilePool
 from .metadata import valid_steps

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..._validate import check_positive_int
-from .._io.field_reader import Reader, open_reader
+from .._io.file.source import FileOptions, H5Source
 from .._io.indices import IndexArray
 from .._io.process import PerProcess
-from .._io.source import FileOptions, H5Source
+from .._io.rows.fields import Reader, open_reader
 from .fields import FileSchema
 
 __all__ = ["FileColumns", "FilePool"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._io.indices import IndexArray
-from .._io.reader import RowReader
+from .._io.rows.reader import RowReader
 
 __all__ = ["gather_ranges", "plan_pieces"]
 

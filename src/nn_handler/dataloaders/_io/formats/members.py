@@ -13,10 +13,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..._validate import format_names
-from .keys import resolve_key
-from .kinds import dataset_dtype
-from .source import H5Source
+from ...._validate import format_names
+from ..file.source import H5Source
+from ..rows.keys import resolve_key
+from ..rows.kinds import dataset_dtype
 
 __all__ = [
     "FieldLayout",

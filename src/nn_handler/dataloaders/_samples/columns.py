@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from ..._validate import format_names
-from .field_reader import Reader
-from .h5types import as_str_array
-from .indices import normalize_index
-from .kinds import SampleKind, sample_kind
+from .._io.file.types import as_str_array
+from .._io.indices import normalize_index
+from .._io.rows.fields import Reader
+from .._io.rows.kinds import SampleKind, sample_kind
 from .tensors import to_tensor
 
 __all__ = ["Column", "collect", "label_map_from"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import FileChangedError
+from ..errors import FileChangedError
 from .identity import FileIdentity, check_identity, identity_of_fd
 
 __all__ = ["MappedFile", "read_exact"]

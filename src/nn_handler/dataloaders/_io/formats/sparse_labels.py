@@ -22,7 +22,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..._validate import format_names
+from ...._validate import format_names
 
 __all__ = ["LabelColumn", "merge_labels", "read_label"]
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from .codecs import check_filters
+from ..file.filters import check_filters
+from ..file.source import H5Source
 from .keys import ResolvedKey, resolve_key
 from .kinds import dataset_dtype
 from .reader import RowReader
-from .source import H5Source
 
 __all__ = ["FieldReader", "Reader", "open_reader"]
 

@@ -28,13 +28,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .decode import ChunkCodec, ChunkDecodeError
-from .errors import CorruptFileError
-from .indices import IndexArray
-from .process import PerProcess
-from .raw_chunks import chunk_info_at, read_direct_chunk
-from .source import H5Source
-from .threads import run_parallel
+from ..errors import CorruptFileError
+from ..file.source import H5Source
+from ..indices import IndexArray
+from ..process import PerProcess
+from .codec import ChunkCodec, ChunkDecodeError
+from .pool import run_parallel
+from .table import chunk_info_at, read_direct_chunk
 
 __all__ = ["BlockCache", "ChunkBlocks"]
 

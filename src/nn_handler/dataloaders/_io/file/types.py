@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 import h5py
 import numpy as np
 
-from .process import PerProcess
+from ..process import PerProcess
 
 __all__ = ["TypeMemo", "as_str_array", "is_string_dtype"]
 

@@ -30,8 +30,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .errors import CorruptFileError, DataFileError, ExternalDataError, MissingFilterError
-from .raw_chunks import visit_chunks
+from ..chunks.table import visit_chunks
+from ..errors import CorruptFileError, DataFileError, ExternalDataError, MissingFilterError
 from .source import H5Source
 
 __all__ = ["CheckedChunks", "Layout", "inspect_layout"]

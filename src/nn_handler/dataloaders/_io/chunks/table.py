@@ -23,8 +23,8 @@ import h5py
 import numpy as np
 from h5py._objects import phil
 
-from .errors import FileChangedError
-from .process import PerProcess
+from ..errors import FileChangedError
+from ..process import PerProcess
 
 __all__ = [
     "ChunkTable",

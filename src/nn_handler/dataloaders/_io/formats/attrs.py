@@ -22,8 +22,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..._validate import format_names
-from .h5types import TypeMemo
+from ...._validate import format_names
+from ..file.types import TypeMemo
 
 __all__ = ["LabelReader", "attribute_names", "decode_value"]
 

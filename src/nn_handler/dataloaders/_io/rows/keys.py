@@ -15,7 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..._validate import format_names
+from ...._validate import format_names
 
 __all__ = ["FIELD_SEPARATOR", "ResolvedKey", "field_key", "field_keys", "resolve_key", "splits"]
 

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .field_reader import Reader
-from .indices import as_index_array
+from .._io.indices import as_index_array
+from .._io.rows.fields import Reader
 from .tensors import to_tensor
 
 __all__ = ["read_batch"]

@@ -20,16 +20,21 @@ from typing import IO, Any, Literal
 
 import h5py
 
-from ..._validate import check_choice, check_non_negative_int, check_probability, format_names
-from .errors import (
+from ...._validate import (
+    check_choice,
+    check_non_negative_int,
+    check_probability,
+    format_names,
+)
+from ..errors import (
     CorruptFileError,
     FileChangedError,
     explain_open_error,
     is_corruption,
     is_writer_flag_error,
 )
+from ..process import PerProcess
 from .identity import FileIdentity, check_identity, identity_of_fd
-from .process import PerProcess
 
 __all__ = [
     "FileOptions",

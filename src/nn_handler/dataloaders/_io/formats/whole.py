@@ -34,12 +34,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .file_bytes import read_exact
-from .h5types import TypeMemo
-from .identity import check_identity, identity_of_fd
-from .layout_check import inspect_layout
-from .process import PerProcess
-from .source import FileOptions, H5Source
+from ..file.byte_source import read_exact
+from ..file.identity import check_identity, identity_of_fd
+from ..file.layout import inspect_layout
+from ..file.source import FileOptions, H5Source
+from ..file.types import TypeMemo
+from ..process import PerProcess
 
 __all__ = ["SampleReader"]
 

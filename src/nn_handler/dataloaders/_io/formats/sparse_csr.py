@@ -34,10 +34,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .indices import IndexArray
-from .raw_chunks import read_direct_chunk
-from .reader import RowReader
-from .source import H5Source
+from ..chunks.table import read_direct_chunk
+from ..file.source import H5Source
+from ..indices import IndexArray
+from ..rows.reader import RowReader
 from .sparse_layout import SparseLayout, check_indptr
 
 _fcntl: Any

@@ -33,14 +33,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .blocks import ChunkBlocks
-from .decode import codec_for
-from .file_bytes import MappedFile
-from .indices import IndexArray, as_index_array, normalize_index, plan_slabs
-from .layout_check import Layout, inspect_layout
-from .process import PerProcess
-from .source import H5Source
-from .window_blocks import WindowBlocks, window_reader
+from ..chunks.blocks import ChunkBlocks
+from ..chunks.codec import codec_for
+from ..chunks.window import WindowBlocks, window_reader
+from ..file.byte_source import MappedFile
+from ..file.layout import Layout, inspect_layout
+from ..file.source import H5Source
+from ..indices import IndexArray, as_index_array, normalize_index, plan_slabs
+from ..process import PerProcess
 
 __all__ = ["RowReader"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import FileChangedError
+from ..errors import FileChangedError
 
 __all__ = ["FileIdentity", "check_identity", "identity_of_fd"]
 

@@ -32,14 +32,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .chunk_codecs import ChunkPipeline, UnsupportedChunkError, pipeline_for
-from .decode import DEFLATE, ChunkDecodeError, inflate_head
-from .errors import CorruptFileError
-from .indices import IndexArray
-from .process import PerProcess
-from .raw_chunks import ChunkTable, read_direct_chunk
-from .source import H5Source
-from .threads import decode_threads, run_parallel, submit
+from ..errors import CorruptFileError
+from ..file.source import H5Source
+from ..indices import IndexArray
+from ..process import PerProcess
+from .codec import DEFLATE, ChunkDecodeError, inflate_head
+from .pipeline import ChunkPipeline, UnsupportedChunkError, pipeline_for
+from .pool import decode_threads, run_parallel, submit
+from .table import ChunkTable, read_direct_chunk
 
 __all__ = ["WindowBlocks", "window_reader"]
 

@@ -18,12 +18,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from torch.utils.data import get_worker_info
+from ...._validate import check_positive_int
+from ..process import PerProcess
 
-from ..._validate import check_positive_int
-from .process import PerProcess
-
-__all__ = ["decode_threads", "run_parallel", "set_decode_threads", "submit"]
+__all__ = [
+    "decode_threads",
+    "run_parallel",
+    "set_decode_threads",
+    "set_worker_count",
+    "submit",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,6 +48,15 @@ class _Pool:
 _lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
 _pool: PerProcess[_Pool] = PerProcess()
 _requested: int | None = None
+# How many loader worker processes share this machine's cores with this one (1 outside them).
+# The loader layer above knows (torch's worker info); ``_io`` stays free of torch.
+_worker_count: Callable[[], int] = lambda: 1  # noqa: E731
+
+
+def set_worker_count(probe: Callable[[], int]) -> None:
+    """Tell the pool how to learn how many worker processes share the cores with this one."""
+    global _worker_count
+    _worker_count = probe
 
 
 def set_decode_threads(threads: int | None) -> None:
@@ -78,8 +91,7 @@ def decode_threads() -> int:
             raise ValueError(
                 f"{ENV_VAR} must be a positive integer, got {env!r}; unset it for the default"
             ) from exc
-    info = get_worker_info()
-    workers = info.num_workers if info is not None else 1
+    workers = _worker_count()
     return max(1, min(_MAX_AUTO_THREADS, _usable_cpus()) // max(1, workers))
 
 

@@ -39,9 +39,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from . import decode as _decode
-from .decode import ChunkDecodeError
-from .inflate_into import InflateError, inflate_into
+from . import codec as _decode
+from .codec import ChunkDecodeError
+from .inflate import InflateError, inflate_into
 
 __all__ = [
     "ChunkPipeline",
