@@ -10,10 +10,10 @@ from nn_handler.dataloaders._combined.batch import (
     FLOAT_DTYPES,
     check_float_dtype,
     group_by_file,
-    split_batch,
     to_batch,
 )
 from nn_handler.dataloaders._combined.fields import OutputField
+from nn_handler.dataloaders._samples.split import split_batch
 
 
 @given(st.lists(st.integers(0, 4), max_size=40))
@@ -48,7 +48,8 @@ def test_to_batch_casts_floats_only(dtype):
     assert torch.equal(batch["x"], expected)
     assert batch["n"].dtype == torch.int32 and batch["n"].tolist() == [7, -1]
     assert batch["s"] == ["a", "é"]
-    samples = split_batch(batch, 2)
+    samples = split_batch(batch)
+    assert len(samples) == 2
     assert samples[1]["s"] == "é" and samples[1]["n"].item() == -1
     assert samples[0]["x"].shape == (2,)
 

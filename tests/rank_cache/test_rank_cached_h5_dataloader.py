@@ -197,6 +197,16 @@ def test_transforms_run_per_sample_on_copies(path):
     assert torch.equal(ds.x, before)  # in-place transforms never touched the cache
 
 
+def test_transformed_batch_of_mixed_shapes_is_a_list(path):
+    # as H5LazyDataset: samples of one shape are stacked, others come back as a list
+    ds = build(path, "x", transform=lambda t: t.flatten()[: 1 + int(t.flatten()[0] > 0.5)])
+    batch = ds[list(range(10))]
+    samples = [ds[i] for i in range(10)]
+    assert len({s.shape for s in samples}) == 2 and isinstance(batch, list)
+    for got, want in zip(batch, samples, strict=True):
+        assert torch.equal(got, want)
+
+
 def test_batched_loader_and_sampler(path):
     ds = build(path, "x", "y", rank=2, world_size=3)
     rows = expected_rows(N, 3, 2, "contiguous")

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from .._validate import check_choice, check_non_negative_int, check_positive_int
 from ..distributed import World
-from ._combined.batch import check_float_dtype, read_rows, split_batch, to_batch
+from ._combined.batch import check_float_dtype, read_rows, to_batch
 from ._combined.cache import SampleCache
 from ._combined.fields import field_list, resolve_field_names, with_field_keys
 from ._combined.file_pool import FilePool
@@ -32,6 +32,7 @@ from ._combined.loader import check_dataset_kwargs, choose_workers, loader_optio
 from ._io.file.source import FileOptions, LockingMode
 from ._io.indices import IndexArray, as_index_array, normalize_index
 from ._io.process import PerProcess
+from ._samples.split import split_batch
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler, EvenMode
 
@@ -228,14 +229,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         """Return sample ``index``, or the stacked batch for a sequence / array / slice."""
         if hasattr(index, "__index__") and getattr(index, "ndim", 0) == 0:
             one = np.array([normalize_index(index, len(self))], dtype=np.int64)
-            batch = self._batch(one)
-            return {name: value[0] for name, value in batch.items()}
+            sample: dict[str, Any] = split_batch(self._batch(one))[0]
+            return sample
         return self._batch(as_index_array(index, len(self)))
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Return the samples at ``indices`` as a list of dicts, reading the batch at once."""
         idx = as_index_array(indices, len(self))
-        return split_batch(self._batch(idx), idx.size)
+        return split_batch(self._batch(idx))
 
     @property
     def _cache(self) -> Sized:

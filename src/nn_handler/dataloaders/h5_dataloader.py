@@ -22,7 +22,8 @@ from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited
 from ._io.file.types import as_str_array
 from ._io.indices import is_scalar_index
 from ._io.rows.fields import Reader, open_reader
-from ._samples.columns import Column, apply, collect, label_map_from
+from ._samples.columns import Column, label_map_from
+from ._samples.split import restack, split_samples
 from ._samples.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
@@ -284,11 +285,11 @@ class H5LazyDataset(Dataset[Sample]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
-        xs = apply(self.transform, self._x_col.samples(self._x.read(indices)))
-        if self._y is None or self._y_col is None:
-            return xs
-        ys = apply(self.target_transform, self._y_col.samples(self._y.read(indices)))
-        return list(zip(xs, ys, strict=True))
+        xs = self._x_col.samples(self._x.read(indices))
+        ys = None
+        if self._y is not None and self._y_col is not None:
+            ys = self._y_col.samples(self._y.read(indices))
+        return split_samples(xs, ys, self.transform, self.target_transform)
 
     def close(self) -> None:
         """Close this process's file handle (the next read reopens it)."""
@@ -324,7 +325,7 @@ class H5LazyDataset(Dataset[Sample]):
         rows = reader.read(indices)
         if fn is None:
             return column.batch(rows)
-        return collect([fn(value) for value in column.samples(rows)])
+        return restack(fn, column.samples(rows))
 
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {_describe(self._x, self.x_dtype)}"]

@@ -23,6 +23,7 @@ from .._validate import check_choice, check_key, numpy_dtype
 from ._io.file.source import FileOptions, LockingMode
 from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
+from ._samples.split import split_samples
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
@@ -216,9 +217,7 @@ class H5SparseDataset(Dataset[Any]):
     def __getitem__(self, index: Any) -> Any:
         """Return row ``index`` (dense), or the batch for a sequence / array / slice of rows."""
         if is_scalar_index(index):
-            row = normalize_index(index, len(self))
-            x = torch.from_numpy(self._dense(np.array([row], dtype=np.int64))[0])
-            return x if self._labels is None else (x, self._label_batch(np.array([row]))[0])
+            return self.__getitems__([normalize_index(index, len(self))])[0]
         idx = as_index_array(index, len(self))
         x = self._batch(idx)
         return x if self._labels is None else (x, self._label_batch(idx))
@@ -226,10 +225,8 @@ class H5SparseDataset(Dataset[Any]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Return the rows at ``indices`` as a list of dense samples, reading them at once."""
         idx = as_index_array(indices, len(self))
-        xs = list(torch.from_numpy(self._dense(idx)).unbind(0))
-        if self._labels is None:
-            return xs
-        return list(zip(xs, self._label_batch(idx).unbind(0), strict=True))
+        x = torch.from_numpy(self._dense(idx))
+        return split_samples(x, None if self._labels is None else self._label_batch(idx))
 
     def close(self) -> None:
         """Close this process's file handles (the next read reopens them)."""

@@ -41,6 +41,7 @@ from ._io.file.source import FileOptions, H5Source, LockingMode
 from ._io.indices import as_index_array, is_scalar_index, normalize_index
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
+from ._samples.split import restack, split_samples
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
 
 __all__ = [
@@ -354,10 +355,9 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, gathered at once."""
         idx = self._index_tensor(indices)
-        xs = _split(self.x, idx, self.transform)
-        if self.y is None:
-            return list(xs)
-        return list(zip(xs, _split(self.y, idx, self.target_transform), strict=True))
+        x = _select(self.x, idx)  # one gather per tensor; samples are views of its rows
+        y = None if self.y is None else _select(self.y, idx)
+        return split_samples(x, y, self.transform, self.target_transform)
 
     def _extent(self) -> int:
         """Positions served: ``len(self)`` (padded), or the whole shard when ``"drop"``."""
@@ -475,18 +475,11 @@ def _gather(
     cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None, pinned: bool
 ) -> Any:
     if fn is not None:
-        return torch.stack([fn(row) for row in _select(cache, idx).unbind(0)])
+        return restack(fn, _select(cache, idx))
     if not pinned:
         return _select(cache, idx)
     out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, pin_memory=True)
     return _select(cache, idx, out)
-
-
-def _split(
-    cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None
-) -> Sequence[Any]:
-    rows = _select(cache, idx).unbind(0)  # one gather, then views of its rows
-    return rows if fn is None else [fn(row) for row in rows]
 
 
 # torch has no 1-d index_select kernel for uint16/32/64: gather their bits as the signed type

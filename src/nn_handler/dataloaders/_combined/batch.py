@@ -1,8 +1,8 @@
 """Batch reads for ``CombinedHDF5Dataset``: group by file, one read per (file, field), outputs.
 
 A batch of global samples becomes NumPy arrays in request order (``read_rows``), then tensors
-of the requested dtype and lists of ``str`` (``to_batch``), then, for ``__getitems__``, one dict
-per sample (``split_batch``).
+of the requested dtype and lists of ``str`` (``to_batch``); ``_samples.split`` makes one dict
+per sample of that for ``__getitems__``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ __all__ = [
     "check_float_dtype",
     "group_by_file",
     "read_rows",
-    "split_batch",
     "to_batch",
 ]
 
@@ -125,14 +124,6 @@ def to_batch(
         tensor = _cast(values, dtype) if kind == "float" else to_tensor(values)
         batch[name] = tensor.pin_memory() if pin else tensor
     return batch
-
-
-def split_batch(batch: Mapping[str, Output], n: int) -> list[dict[str, Any]]:
-    """Return one dict per sample from a batch of ``n`` samples."""
-    columns = {
-        name: list(v.unbind(0)) if isinstance(v, torch.Tensor) else v for name, v in batch.items()
-    }
-    return [{name: column[i] for name, column in columns.items()} for i in range(n)]
 
 
 def _cast(values: np.ndarray[Any, Any], dtype: torch.dtype) -> torch.Tensor:

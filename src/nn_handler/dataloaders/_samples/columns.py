@@ -7,8 +7,7 @@
   one 1-D tensor per sample; a batch is stacked when every row has the same length and a list of
   tensors otherwise.
 
-Transforms run per sample; their results are stacked when they are tensors of one shape and
-dtype, and returned as a list otherwise (decoded images of different sizes, strings).
+A batch of values that differ in shape (or are not tensors) is a list (``split.collect``).
 """
 
 from __future__ import annotations
@@ -24,11 +23,10 @@ from .._io.file.types import as_str_array
 from .._io.indices import normalize_index
 from .._io.rows.fields import Reader
 from .._io.rows.kinds import SampleKind, sample_kind
+from .split import collect, split_batch
 from .tensors import to_tensor
 
-__all__ = ["Column", "collect", "label_map_from"]
-
-Transform = Callable[[Any], Any] | None
+__all__ = ["Column", "label_map_from"]
 
 
 class Column:
@@ -83,13 +81,13 @@ class Column:
         """Every row of a batch as its own sample value."""
         kind = self.kind.kind
         if kind == "numeric":
-            return list(to_tensor(rows, self.cast).unbind(0))
+            return split_batch(to_tensor(rows, self.cast))
         if kind == "ragged":
             return [to_tensor(np.asarray(r), self.cast) for r in rows.tolist()]
         texts = as_str_array(rows)
         if self.label_map is None:
             return texts.tolist()  # type: ignore[no-any-return]
-        return list(torch.from_numpy(self._indices(texts)).unbind(0))
+        return split_batch(torch.from_numpy(self._indices(texts)))
 
     def batch(self, rows: np.ndarray[Any, Any]) -> torch.Tensor | list[Any]:
         """A whole batch: a stacked tensor where rows agree in shape, else a list."""
@@ -112,20 +110,6 @@ class Column:
             ) from None
         shaped: np.ndarray[Any, Any] = out.reshape(texts.shape)
         return shaped
-
-
-def collect(values: Sequence[Any]) -> torch.Tensor | list[Any]:
-    """Stack ``values`` if they are tensors of one shape and dtype, else return them as a list."""
-    if values and all(isinstance(v, torch.Tensor) for v in values):
-        first = values[0]
-        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return torch.stack(list(values))
-    return list(values)
-
-
-def apply(fn: Transform, values: list[Any]) -> list[Any]:
-    """``fn`` applied to each value (the values themselves when ``fn`` is None)."""
-    return values if fn is None else [fn(v) for v in values]
 
 
 def label_map_from(
