@@ -12,6 +12,7 @@ from nn_handler.dataloaders import (
     EpochShuffleSampler,
     H5LazyDataset,
     batched_loader,
+    fit_chunk_cache,
 )
 from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
 
@@ -221,6 +222,31 @@ def test_sizes_the_chunk_cache_for_its_window(make_h5, caplog):
     assert small.chunk_cache_nbytes == 10 * 8 * row
     x, y = ds[list(sampler)[:10]]
     np.testing.assert_array_equal(x.numpy(), h5_rows(path, "x", y.numpy()))
+
+
+def test_the_window_plan_keeps_the_file_open_and_reaches_every_key(make_h5):
+    # a compound field reads through the reader of its records: the plan reaches it too
+    table = np.zeros(200, dtype=[("a", "<f4", (3, 4)), ("b", "<i8")])
+    table["a"], table["b"] = images(200), np.arange(200)
+    path = make_h5({"x": (images(200), "gzip"), "t": (table, "gzip")})
+    row = 3 * 4 * 4
+    ds = H5LazyDataset(path, "x", "t:a", rdcc_nbytes=1000)
+    ds[0]  # this process holds the file now
+    assert ds.is_open
+    sampler = ChunkShuffleSampler(ds, window_chunks=5)
+    loader = batched_loader(ds, 16, sampler=sampler)
+    assert ds.is_open  # the cache grew without closing the file
+    field_need = (5 + 2) * 8 * table.dtype.itemsize
+    assert ds.chunk_cache_nbytes == max((5 + 2) * 8 * row, field_need)
+    for x, y in loader:
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    ds.close()
+    ds[0]  # HDF5's own cache takes the new budget at the next open
+    assert ds._source.file.id.get_access_plist().get_cache()[2] == ds.chunk_cache_nbytes
+    roomy = H5LazyDataset(path, "x", "t:a", rdcc_nbytes=10**6)
+    fit_chunk_cache(roomy, ChunkShuffleSampler(roomy, window_chunks=5))
+    assert roomy.chunk_cache_nbytes == 10**6
+    assert [r.readahead_rows for r in (roomy._x, roomy._y.records)] == [5 * 8, 5 * 8]
 
 
 def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):

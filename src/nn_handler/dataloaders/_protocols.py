@@ -9,11 +9,14 @@ constants, shared by every stateful sampler and by the checkpoint code that rewr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from torch.utils.data import BatchSampler, DistributedSampler
 
 from ..distributed import World
+
+if TYPE_CHECKING:  # samplers import this module: no file-reading code at run time
+    from ._io.rows.plan import WindowPlan
 
 __all__ = [
     "STATE_CONSUMED",
@@ -23,6 +26,7 @@ __all__ = [
     "ChunkAware",
     "ChunkWindowed",
     "EpochAware",
+    "PlansWindow",
     "RankSharded",
     "ReadsAhead",
     "Resumable",
@@ -110,18 +114,28 @@ class ChunkWindowed(Protocol):
 
 
 @runtime_checkable
+class PlansWindow(Protocol):
+    """A dataset that takes a chunk sampler's window as one ``WindowPlan``.
+
+    ``batched_loader`` (or ``fit_chunk_cache``) builds the plan from the sampler and calls
+    ``plan_window(plan)`` once; the dataset hands it to its readers. Nothing is read back up
+    and no file is closed on the way.
+    """
+
+    def plan_window(self, plan: WindowPlan) -> None: ...
+
+
+@runtime_checkable
 class ReadsAhead(Protocol):
     """A dataset that decodes chunks ahead of need, in threads outside the GIL.
 
-    ``plan_window`` tells it the sampler's window (so it keeps about two windows decoded);
-    ``prefetch(indices)`` announces a coming batch (``readahead_rows`` rows ahead are useful);
-    ``reads_release_gil`` says batch reads run outside the GIL, so threads can serve batches.
+    ``prefetch(indices)`` announces a coming batch (``readahead_rows`` rows ahead are useful,
+    once its window is planned: ``PlansWindow``); ``reads_release_gil`` says batch reads run
+    outside the GIL, so threads can serve batches.
     """
 
     readahead_rows: int
     reads_release_gil: bool
-
-    def plan_window(self, block_rows: int | None, blocks: int) -> None: ...
 
     def prefetch(self, indices: Any) -> None: ...
 

@@ -21,7 +21,9 @@ from .._validate import check_callable, check_key, numpy_dtype
 from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
 from ._io.file.types import as_str_array
 from ._io.indices import is_scalar_index
-from ._io.rows.fields import Reader, open_reader
+from ._io.rows.fields import Reader, open_reader, row_reader
+from ._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
+from ._io.rows.reader import RowReader
 from ._samples.columns import Column, label_map_from
 from ._samples.split import restack, split_samples
 from ._samples.worker_batches import read_batch
@@ -201,7 +203,7 @@ class H5LazyDataset(Dataset[Sample]):
         ``batched_loader(worker_mode="auto")`` then serves batches from threads.
         """
         no_transforms = self.transform is None and self.target_transform is None
-        return no_transforms and all(r.releases_gil for r in self._readers())
+        return no_transforms and all(r.releases_gil for r in self._row_readers())
 
     @property
     def chunk_cache_nbytes(self) -> int:
@@ -214,8 +216,8 @@ class H5LazyDataset(Dataset[Sample]):
         """Resize the chunk cache of every key: HDF5's and the decoded-chunk cache.
 
         Takes effect in this process at once (the file is reopened on the next read) and in
-        DataLoader workers started afterwards. ``ChunkShuffleSampler`` calls this when its
-        shuffle window would not fit.
+        DataLoader workers started afterwards. (``batched_loader`` grows the cache for a chunk
+        sampler's window through ``plan_window`` instead, which keeps the file open.)
 
         Args:
             nbytes: Bytes per key (``rdcc_nbytes``).
@@ -234,33 +236,30 @@ class H5LazyDataset(Dataset[Sample]):
             rdcc_w0=old.rdcc_w0 if w0 is None else w0,
         )
         self._source.set_options(new)
-        for reader in self._readers():
+        for reader in self._row_readers():
             reader.clear_cache()
 
     def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
         """Chunk-cache bytes per key that keep ``blocks`` row blocks of ``block_rows`` decoded.
 
-        Used by ``batched_loader`` to size the cache for a chunk sampler's shuffle window
-        (``block_rows=None``: blocks of ``chunk_rows``). Zero when no key needs a chunk cache
-        (contiguous or memory-mapped data).
+        Zero when no key needs a chunk cache (contiguous or memory-mapped data).
+        ``block_rows=None``: blocks of ``chunk_rows``.
         """
-        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
-        return max(reader.window_cache_nbytes(rows, blocks) for reader in self._readers())
+        rows = block_rows_or_own(block_rows, self.chunk_rows)
+        return max(reader.window_cache_nbytes(rows, blocks) for reader in self._row_readers())
 
-    def plan_window(self, block_rows: int | None, blocks: int) -> None:
-        """Size each key's decoded-chunk window for ``blocks`` row blocks read at a time.
+    def plan_window(self, plan: WindowPlan) -> None:
+        """Size every key's decoded-chunk window (and, if asked, chunk cache) for ``plan``.
 
-        ``batched_loader`` calls this with a chunk sampler's shuffle window, so a process keeps
+        ``batched_loader`` calls this once with a chunk sampler's window, so a process keeps
         about two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
         """
-        rows = block_rows if block_rows is not None else (self.chunk_rows or 1)
-        for reader in self._readers():
-            reader.plan_window(rows, blocks)
+        grow_cache([self._source], plan_readers(plan, self._row_readers(), self.chunk_rows))
 
     @property
     def readahead_rows(self) -> int:
         """Rows ``batched_loader`` announces ahead of reading them (see ``prefetch``)."""
-        return max(reader.readahead_rows for reader in self._readers())
+        return max(reader.readahead_rows for reader in self._row_readers())
 
     def prefetch(self, indices: Any) -> None:
         """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
@@ -268,11 +267,14 @@ class H5LazyDataset(Dataset[Sample]):
         ``batched_loader`` calls this a window ahead when batches are read in this process
         (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
         """
-        for reader in self._readers():
+        for reader in self._row_readers():
             reader.prefetch(indices)
 
     def _readers(self) -> list[Reader]:
         return [self._x] if self._y is None else [self._x, self._y]
+
+    def _row_readers(self) -> list[RowReader]:
+        return [row_reader(reader) for reader in self._readers()]
 
     def __len__(self) -> int:
         return self._x.length

@@ -23,6 +23,7 @@ from .._validate import check_choice, check_key, numpy_dtype
 from ._io.file.source import FileOptions, LockingMode
 from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
+from ._io.rows.plan import WindowPlan, grow_cache
 from ._samples.split import split_samples
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
@@ -210,6 +211,15 @@ class H5SparseDataset(Dataset[Any]):
     def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
         """Cache bytes per dataset that keep ``blocks`` row blocks decoded (None: own blocks)."""
         return max(f.rows.window_cache_nbytes(block_rows, blocks) for f in self._files)
+
+    def plan_window(self, plan: WindowPlan) -> None:
+        """Grow the chunk caches, if ``plan`` asks, so a window of its blocks stays decoded.
+
+        ``batched_loader`` calls this once with a chunk sampler's window; files stay open.
+        """
+        if plan.fit_cache:
+            need = self.window_cache_nbytes(plan.block_rows, plan.cache_blocks)
+            grow_cache((s for f in self._files for s in f.sources), need)
 
     def __len__(self) -> int:
         return int(self._offsets[-1])

@@ -32,11 +32,13 @@ from torch.utils.data import (
 
 from .._validate import check_choice, check_non_negative_int, check_positive_int
 from . import _sharding
+from ._io.rows.plan import WindowPlan
 from ._loader.readahead import ReadaheadSampler
 from ._loader.thread_loader import ThreadedDataLoader
 from ._protocols import (
     ChunkAware,
     ChunkWindowed,
+    PlansWindow,
     RankSharded,
     ReadsAhead,
     Resumable,
@@ -290,32 +292,38 @@ def fit_chunk_cache(dataset: object, sampler: object) -> None:
     """Size ``dataset``'s chunk cache (and decoded window) for one window of ``sampler``.
 
     A window of ``window_chunks`` blocks, plus the blocks at its two borders, must fit: a
-    smaller cache evicts chunks the window still needs, and they are decoded again. A dataset
-    that decodes ahead is told the window, so it keeps about two windows decoded instead of its
-    whole budget. Nothing happens unless the sampler walks chunk windows and the dataset has a
-    chunk cache; growing the cache also needs the sampler's ``size_cache``.
+    smaller cache evicts chunks the window still needs, and they are decoded again. The
+    dataset gets the sampler's window as one plan (``PlansWindow``), so it keeps about two
+    windows decoded instead of its whole budget, and grows its cache without closing its files.
+    Nothing happens unless the sampler walks chunk windows and the dataset has a chunk cache;
+    growing the cache also needs the sampler's ``size_cache``. A ``ChunkAware`` dataset
+    without ``plan_window`` has its cache grown through ``set_chunk_cache``.
     """
     if not isinstance(sampler, ChunkWindowed) or not isinstance(dataset, ChunkAware):
         return
-    rows = sampler.cache_block_rows
-    if isinstance(dataset, ReadsAhead):
-        dataset.plan_window(rows, sampler.window_chunks)
-    if not sampler.size_cache:
-        return
-    blocks, budget = sampler.window_chunks + 2, dataset.chunk_cache_nbytes
-    need = int(dataset.window_cache_nbytes(rows, blocks))
-    if need <= budget:
-        return
-    dataset.set_chunk_cache(need)
-    big = need > _BIG_CACHE
+    plan = WindowPlan(sampler.cache_block_rows, sampler.window_chunks, sampler.size_cache)
+    before = dataset.chunk_cache_nbytes
+    if isinstance(dataset, PlansWindow):
+        dataset.plan_window(plan)
+    elif plan.fit_cache:
+        need = int(dataset.window_cache_nbytes(plan.block_rows, plan.cache_blocks))
+        if need > before:
+            dataset.set_chunk_cache(need)
+    after = dataset.chunk_cache_nbytes
+    if after > before:
+        _log_growth(dataset, plan, before, after)
+
+
+def _log_growth(dataset: object, plan: WindowPlan, before: int, after: int) -> None:
+    big = after > _BIG_CACHE
     (_LOG.warning if big else _LOG.info)(
         "chunk cache of %r grown from %d to %d bytes per key so a window of %d blocks of %s "
         "rows stays decoded%s",
         dataset,
-        budget,
-        need,
-        blocks,
-        "its own" if rows is None else rows,
+        before,
+        after,
+        plan.cache_blocks,
+        "its own" if plan.block_rows is None else plan.block_rows,
         " (per DataLoader worker: pass a smaller window_chunks to use less memory)" if big else "",
     )
 

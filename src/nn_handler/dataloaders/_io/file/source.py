@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
 import h5py
@@ -259,6 +259,15 @@ class H5Source:
         with self._lock.get():
             self.options = options
             self._forget()
+
+    def set_cache_nbytes(self, nbytes: int) -> None:
+        """Use ``nbytes`` as ``rdcc_nbytes`` from now on, keeping this process's handle open.
+
+        Decoded-chunk caches read the budget at each batch; HDF5's own chunk cache takes it
+        when the file is next opened in a process.
+        """
+        with self._lock.get():
+            self.options = replace(self.options, rdcc_nbytes=nbytes)
 
     @property
     def inherited(self) -> bool:

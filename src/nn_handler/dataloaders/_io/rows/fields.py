@@ -24,11 +24,11 @@ from .keys import ResolvedKey, resolve_key
 from .kinds import dataset_dtype
 from .reader import RowReader
 
-__all__ = ["FieldReader", "Reader", "open_reader"]
+__all__ = ["FieldReader", "Reader", "open_reader", "row_reader"]
 
 
 class FieldReader:
-    """Reads one field of a compound dataset along axis 0, in batches (``RowReader``'s API).
+    """Reads one field of a compound dataset along axis 0, in batches (``RowReader``'s reads).
 
     A fixed-size array field (``('<f8', (2,))``) adds its shape to each row:
     ``row_shape == dataset.shape[1:] + field_shape``.
@@ -45,23 +45,19 @@ class FieldReader:
         self.source = source
         self.key = resolved.key
         self.field = resolved.field
-        self._records = RowReader(source, resolved.path, arg=arg)
-        sub: np.dtype[Any] = self._records.dtype.fields[self.field][0]  # type: ignore[index]
+        #: reads whole records; chunks, windows, readahead and caches are its (``row_reader``)
+        self.records = RowReader(source, resolved.path, arg=arg)
+        sub: np.dtype[Any] = self.records.dtype.fields[self.field][0]  # type: ignore[index]
         self.dtype: np.dtype[Any] = sub.base
-        self.row_shape: tuple[int, ...] = (*self._records.row_shape, *sub.shape)
-        self.length = self._records.length
-        self.chunk_rows = self._records.chunk_rows
+        self.row_shape: tuple[int, ...] = (*self.records.row_shape, *sub.shape)
+        self.length = self.records.length
+        self.chunk_rows = self.records.chunk_rows
         self.row_nbytes = self.dtype.itemsize * math.prod(self.row_shape)
-
-    @property
-    def path(self) -> str:
-        """Path of the compound dataset in the file."""
-        return self._records.key
 
     @property
     def strategy(self) -> str:
         """The record reader's strategy (``"memmap"``, ``"decode"``, ``"chunks"``, ``"slabs"``)."""
-        return self._records.strategy
+        return self.records.strategy
 
     @property
     def nbytes(self) -> int:
@@ -70,44 +66,18 @@ class FieldReader:
 
     def read(self, indices: Any, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
         """Return the field at rows ``indices`` (any order, duplicates allowed), in that order."""
-        return self._extract(self._records.read(indices), out)
+        return self._extract(self.records.read(indices), out)
 
     def read_row(self, index: Any) -> np.ndarray[Any, Any]:
         """Return the field of one row as an array the caller owns."""
-        record = self._records.read_row(index)
+        record = self.records.read_row(index)
         return np.array(record[self.field], dtype=self.dtype, copy=True)
 
     def read_range(
         self, start: int, stop: int, out: np.ndarray[Any, Any] | None = None
     ) -> np.ndarray[Any, Any]:
         """Return the field at rows ``[start, stop)``."""
-        return self._extract(self._records.read_range(start, stop), out)
-
-    def clear_cache(self) -> None:
-        """Drop this process's decoded chunks."""
-        self._records.clear_cache()
-
-    def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
-        """Chunk-cache bytes that keep ``blocks`` row blocks decoded (whole records are cached)."""
-        return self._records.window_cache_nbytes(block_rows, blocks)
-
-    def plan_window(self, block_rows: int, blocks: int) -> None:
-        """Size the decoded-chunk window of the records (see ``RowReader.plan_window``)."""
-        self._records.plan_window(block_rows, blocks)
-
-    @property
-    def readahead_rows(self) -> int:
-        """Rows worth announcing ahead of reads (see ``RowReader.readahead_rows``)."""
-        return self._records.readahead_rows
-
-    def prefetch(self, indices: Any) -> None:
-        """Start decoding the records rows ``indices`` need (see ``RowReader.prefetch``)."""
-        self._records.prefetch(indices)
-
-    @property
-    def releases_gil(self) -> bool:
-        """True when the records are read outside the GIL (see ``RowReader.releases_gil``)."""
-        return self._records.releases_gil
+        return self._extract(self.records.read_range(start, stop), out)
 
     def _extract(
         self, records: np.ndarray[Any, Any], out: np.ndarray[Any, Any] | None
@@ -133,6 +103,14 @@ class FieldReader:
 
 
 Reader = RowReader | FieldReader
+
+
+def row_reader(reader: Reader) -> RowReader:
+    """The ``RowReader`` whose chunks ``reader`` reads: itself, or a field's ``records``.
+
+    Window plans, readahead, caches and "reads release the GIL" belong to it.
+    """
+    return reader if isinstance(reader, RowReader) else reader.records
 
 
 def open_reader(source: H5Source, key: str, *, arg: str = "key") -> Reader:
