@@ -254,7 +254,8 @@ class H5LazyDataset(Dataset[Sample]):
         ``batched_loader`` calls this once with a chunk sampler's window, so a process keeps
         about two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
         """
-        grow_cache([self._source], plan_readers(plan, self._row_readers(), self.chunk_rows))
+        need = plan_readers(plan, self._row_readers(), self.chunk_rows)
+        grow_cache([self._source], need)
 
     @property
     def readahead_rows(self) -> int:
@@ -270,11 +271,9 @@ class H5LazyDataset(Dataset[Sample]):
         for reader in self._row_readers():
             reader.prefetch(indices)
 
-    def _readers(self) -> list[Reader]:
-        return [self._x] if self._y is None else [self._x, self._y]
-
     def _row_readers(self) -> list[RowReader]:
-        return [row_reader(reader) for reader in self._readers()]
+        """The reader of every key's chunks: windows, readahead and caches are theirs."""
+        return [row_reader(reader) for reader in (self._x, self._y) if reader is not None]
 
     def __len__(self) -> int:
         return self._x.length

@@ -193,7 +193,8 @@ class H5SparseDataset(Dataset[Any]):
     ) -> None:
         """Resize the chunk caches (HDF5's and the decoded-chunk cache) of every file.
 
-        ``ChunkShuffleSampler`` calls this when its shuffle window would not fit.
+        The files are reopened on the next read. (``batched_loader`` grows the caches for a
+        chunk sampler's window through ``plan_window`` instead, which keeps them open.)
         """
         for f in self._files:
             for source in f.sources:

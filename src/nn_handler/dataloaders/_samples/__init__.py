@@ -1,5 +1,7 @@
 """Rows → samples: tensors, columns of any key, stacked batches, batches built in workers.
 
+``split`` is the one way between a stacked batch and its samples, for every dataset.
+
 The layer between ``_io`` (bytes and rows, no torch) and the datasets. Importing it tells the
 decode pool how many DataLoader workers share the cores (torch's worker info).
 """
