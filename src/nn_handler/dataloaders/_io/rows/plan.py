@@ -7,7 +7,7 @@ dataset once; the dataset hands it to each of its readers (``plan_readers``):
 * each reader keeps about two windows of decoded chunks (``RowReader.plan_window``), so the
   next window decodes beside the one being served, instead of filling its whole budget;
 * with ``fit_cache``, the chunk-cache budget per key grows (never shrinks) until a window and
-  the blocks at its two borders stay decoded (``cache_nbytes``). The file is never closed for
+  the blocks at its two borders stay decoded (``cache_blocks``). The file is never closed for
   it: decoded-chunk caches take the new budget at their next read, HDF5's own chunk cache when
   the file is next opened in a process (every DataLoader worker opens its own).
 """
