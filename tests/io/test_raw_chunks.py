@@ -59,7 +59,7 @@ def test_a_replaced_file_is_refused(make_h5):
     path = make_h5({"x": (images(64), "gzip")})
     t = table(path)
     clone = pickle.loads(pickle.dumps(t))  # no descriptor travels: opened on first read
-    assert clone._fd.peek() is None
+    assert clone.file._fd.peek() is None
     os.replace(make_h5({"x": (images(64, seed=5), "gzip")}), path)
     with pytest.raises(ChunkTableError, match="was replaced"):
         clone.read(0)
@@ -69,13 +69,13 @@ def test_descriptor_is_per_process(make_h5):
     path = make_h5({"x": (images(16), "gzip")})
     t = table(path)
     t.read(0)
-    old = t._fd.peek()
+    old = t.file._fd.peek()
     assert old is not None and old.fd >= 0
     as_if_forked()  # the next read opens its own descriptor
-    assert t._fd.inherited
+    assert t.file._fd.inherited
     t.read(1)
-    mine = t._fd.peek()
-    assert mine is not None and mine is not old and not t._fd.inherited
+    mine = t.file._fd.peek()
+    assert mine is not None and mine is not old and not t.file._fd.inherited
     t.close()
-    assert t._fd.peek() is None
+    assert t.file._fd.peek() is None
     np.testing.assert_array_equal(np.frombuffer(t.read(1)[0], np.uint8).size > 0, True)
