@@ -39,13 +39,22 @@ class FileIdentity:
         """The identity of the file at ``path`` now (symbolic links followed)."""
         return cls.of_stat(os.stat(path))
 
+    def as_record(self) -> dict[str, int]:
+        """The identity as a JSON-able dict (``size``, ``mtime_ns``, ``ino``, ``dev``)."""
+        return {"size": self.size, "mtime_ns": self.mtime_ns, "ino": self.ino, "dev": self.dev}
+
+    @property
+    def file_key(self) -> tuple[int, int]:
+        """``(device, inode)``: the same for every name of one file (links, other spellings)."""
+        return self.dev, self.ino
+
     def same_file(self, other: FileIdentity) -> bool:
         """True when ``other`` is this very file (same inode on the same device), changed or not.
 
         Hard links and symbolic links to one file are the same file; a copy, or a file renamed
         into its place, is not.
         """
-        return (self.ino, self.dev) == (other.ino, other.dev)
+        return self.file_key == other.file_key
 
     def matches(self, st: os.stat_result) -> bool:
         """True when ``st`` is this identity (the per-batch fast path: no object built)."""
