@@ -109,19 +109,24 @@ def _in_this_file(dset: h5py.Dataset, source: H5Source) -> bool:
     return bool(h5py.h5i.get_file_id(dset.id).fileno == source.file.id.fileno)
 
 
-def stored_as_values(dset: h5py.Dataset) -> bool:
-    """True when HDF5 would copy the stored bytes unchanged into ``dset.dtype``.
+def stored_as_values(obj: h5py.Dataset | h5py.h5t.TypeID) -> bool:
+    """True when HDF5 would copy the stored bytes of a dataset (or type) unchanged into NumPy's.
 
     That is when the file's type equals the one h5py builds for the NumPy dtype (``H5Tequal``
     compares class, size, byte order, precision, offset, padding, and enum members or compound
     fields): HDF5's conversion between equal types is a plain copy. A reduced-precision integer
     (sign-extended on read), a non-IEEE float, a null-terminated string and the like differ,
     and go through h5py.
+
+    Args:
+        obj: A dataset, or its file type (``DatasetID.get_type()``).
     """
-    if dset.dtype.hasobject or dset.dtype.itemsize == 0:
-        return False
     try:
-        return bool(dset.id.get_type().equal(h5py.h5t.py_create(dset.dtype)))
+        tid = obj.id.get_type() if isinstance(obj, h5py.Dataset) else obj
+        dtype = tid.dtype
+        if dtype.hasobject or dtype.itemsize == 0:
+            return False
+        return bool(tid.equal(h5py.h5t.py_create(dtype)))
     except (TypeError, ValueError):
         return False
 

@@ -33,7 +33,7 @@ import h5py
 import numpy as np
 
 from ..file.byte_source import ByteSource
-from ..file.layout import inspect_layout
+from ..file.layout import inspect_layout, stored_as_values
 from ..file.source import FileOptions, H5Source
 from ..file.types import TypeMemo
 from ..file.verify import agrees_with_hdf5
@@ -191,7 +191,7 @@ def _data_type(tid: Any) -> _DataType:
     dtype = tid.dtype
     readable = dtype.kind in _NUMERIC_KINDS and dtype.fields is None
     # raw only when HDF5's type is exactly NumPy's (no odd precision, padding or bit offset)
-    raw = dtype.kind in _RAW_KINDS and bool(tid.equal(h5py.h5t.py_create(dtype)))
+    raw = dtype.kind in _RAW_KINDS and stored_as_values(tid)
     return _DataType(dtype, readable, raw)
 
 

@@ -15,13 +15,13 @@ The strategy is picked once, from the dataset's layout:
   without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
   one h5py call; rows are then put back into request order.
 
-Before a strategy is picked, ``layout_check`` checks what the file says against the file
+Before a strategy is picked, ``file/layout.py`` checks what the file says against the file
 (filters installed, byte ranges inside the file, chunk sizes that fit their filters, data in
 other files only inside the data file's directory); the fast strategies (``memmap``, ``decode``)
 serve only datasets whose bytes are in this file and whose stored bytes are their values. The
-memory map is checked against h5py on the first and last row before it is trusted, and against
-the file's size and identity before each batch (a file truncated under a map would otherwise
-kill the process with SIGBUS).
+memory map (of a ``Mappable`` byte source) is checked against h5py on the first and last row
+(``file/verify.py``) before it is trusted, and against the file's size and identity before each
+batch (a file truncated under a map would otherwise kill the process with SIGBUS).
 """
 
 from __future__ import annotations
