@@ -79,3 +79,35 @@ def test_descriptor_is_per_process(make_h5):
     t.close()
     assert t.file._fd.peek() is None
     np.testing.assert_array_equal(np.frombuffer(t.read(1)[0], np.uint8).size > 0, True)
+
+
+def test_built_from_the_layout_checks_index_without_walking_again(make_h5, monkeypatch):
+    from nn_handler.dataloaders._io.file import chunk_index
+    from nn_handler.dataloaders._io.file.layout import inspect_layout
+    from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+
+    path = make_h5({"x": (images(61), "gzip-shuffle")})
+    source = H5Source(str(path), FileOptions())
+    dset = source.dataset("x")
+    layout = inspect_layout(dset, source, "x")
+    walked = ChunkTable.build(dset, str(path))
+
+    def no_walk(*_):
+        raise AssertionError("the chunk index was walked again")
+
+    monkeypatch.setattr(chunk_index, "visit_chunks", no_walk)
+    given = ChunkTable.build(dset, str(path), layout.chunks)
+    for name in ("offsets", "sizes", "masks"):
+        np.testing.assert_array_equal(getattr(given, name), getattr(walked, name))
+    source.close()
+
+
+def test_read_many_equals_read(make_h5):
+    path = make_h5({"x": (images(61), "gzip-shuffle")})
+    t = table(path)
+    blocks = [3, 0, 1, 2, 7, 3]  # adjacent chunks, and one twice
+    buffers = [np.empty(int(t.sizes[b]), np.uint8) for b in blocks]
+    masks = t.read_many(blocks, buffers)
+    for block, buf, mask in zip(blocks, buffers, masks, strict=True):
+        raw, one_mask = t.read(block)
+        assert buf.tobytes() == raw.tobytes() and mask == one_mask

@@ -15,6 +15,7 @@ file, ``FileIdentity.same_file``, and a size no smaller than every chunk's end) 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import h5py
@@ -111,25 +112,39 @@ class ChunkTable:
         Raises:
             ChunkTableError: the file is shorter than the table says (it changed).
         """
-        size, offset = int(self.sizes[block]), int(self.offsets[block])
+        size = int(self.sizes[block])
         local = self._local.get()
         buf: np.ndarray[Any, Any] | None = getattr(local, "buf", None)
         if buf is None or buf.size < size:
             buf = np.empty(max(size, 1), dtype=np.uint8)
             local.buf = buf
         view = buf[:size]
+        return view, self.read_many([block], [view])[0]
+
+    def read_many(
+        self, blocks: Sequence[int], buffers: Sequence[np.ndarray[Any, Any]]
+    ) -> list[int]:
+        """Read the raw bytes of chunks ``blocks`` into ``buffers`` at once; their filter masks.
+
+        ``buffers[k]`` must be a C-contiguous array of exactly ``sizes[blocks[k]]`` bytes. All
+        ranges go to the file's ``ByteSource`` in one call (neighbouring chunks: one read).
+
+        Raises:
+            ChunkTableError: the file is shorter than the table says (it changed).
+        """
         if self._checked.peek() is None:  # (not get_or_make: opening the file takes that lock)
             self._checked.set(self._check_file())
+        ranges = [(int(self.offsets[b]), int(self.sizes[b])) for b in blocks]
         try:
-            self.file.read_ranges([(offset, size)], [view])
+            self.file.read_ranges(ranges, buffers)
         except FileChangedError as exc:
             raise ChunkTableError(
-                f"{self.path!r}, dataset {self.key!r}: chunk {block} should be {size} bytes at "
-                f"offset {offset}, but the file ends before that; the file changed since it "
+                f"{self.path!r}, dataset {self.key!r}: chunks {list(blocks)[:8]} should lie at "
+                f"bytes {ranges[:8]}, but the file ends before that; the file changed since it "
                 f"was opened ({exc})",
                 self.path,
             ) from exc
-        return view, int(self.masks[block])
+        return [int(self.masks[b]) for b in blocks]
 
     def _check_file(self) -> bool:
         current = identity_of_fd(self.file.descriptor())
