@@ -35,8 +35,6 @@ __all__ = [
     "read_direct_chunk",
 ]
 
-_UNALLOCATED = -1
-
 
 class ChunkTableError(FileChangedError):
     """The file no longer holds what its chunk table promised (it changed; names the file)."""
@@ -81,24 +79,12 @@ class ChunkTable:
         Raises:
             ChunkTableError: a chunk's bytes would lie past the end of the file.
         """
-        chunks = tuple(int(c) for c in dset.chunks)
-        if chunks[1:] != tuple(int(s) for s in dset.shape[1:]) or dset.shape[0] == 0:
-            return None
         if index is None:
             index = read_chunk_index(dset, f"dataset {dset.name!r} of {path!r}")
-        rows = chunks[0]
-        count = -(-int(dset.shape[0]) // rows)
-        offsets = np.full(count, _UNALLOCATED, dtype=np.int64)
-        sizes = np.zeros(count, dtype=np.int64)
-        masks = np.zeros(count, dtype=np.int64)
-        # chunks past the length we read (a SWMR writer appending) are not ours to serve
-        block = index.coords[:, 0] // rows
-        keep = block < count
-        offsets[block[keep]] = index.offsets[keep]
-        sizes[block[keep]] = index.sizes[keep]
-        masks[block[keep]] = index.masks[keep]
-        if np.any(offsets == _UNALLOCATED):
-            return None  # unwritten chunks read as the fill value: leave them to HDF5
+        blocks = index.row_blocks(tuple(dset.shape), tuple(dset.chunks))
+        if blocks is None:
+            return None  # rows split across chunks, or unwritten chunks: leave them to HDF5
+        offsets, sizes, masks = blocks.offsets, blocks.sizes, blocks.masks
         identity = FileIdentity.of_path(path)
         table = cls(LocalFile(path), dset.name, offsets, sizes, masks, identity)
         table._check_size(identity.size)

@@ -18,7 +18,7 @@ from h5py._objects import phil
 
 from ..errors import CorruptFileError
 
-__all__ = ["ChunkIndex", "chunk_address_base", "read_chunk_index", "visit_chunks"]
+__all__ = ["ChunkIndex", "RowBlocks", "chunk_address_base", "read_chunk_index", "visit_chunks"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,39 @@ class ChunkIndex:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def row_blocks(self, shape: tuple[int, ...], chunks: tuple[int, ...]) -> RowBlocks | None:
+        """The chunks as blocks of rows: entry ``b`` holds rows ``[b * rows, (b + 1) * rows)``.
+
+        None when a chunk splits rows (a row's bytes are not consecutive), when there are no
+        rows, or when a chunk is not written (HDF5 serves the fill value there). Chunks past
+        ``shape[0]`` (a SWMR writer appending) are left out: they are not ours to serve.
+        """
+        if tuple(chunks[1:]) != tuple(shape[1:]) or shape[0] == 0:
+            return None
+        rows = int(chunks[0])
+        count = -(-int(shape[0]) // rows)
+        block = self.coords[:, 0] // rows
+        keep = block < count
+        offsets = np.full(count, -1, dtype=np.int64)
+        sizes = np.zeros(count, dtype=np.int64)
+        masks = np.zeros(count, dtype=np.int64)
+        offsets[block[keep]] = self.offsets[keep]
+        sizes[block[keep]] = self.sizes[keep]
+        masks[block[keep]] = self.masks[keep]
+        if np.any(offsets < 0):
+            return None
+        return RowBlocks(rows, offsets, sizes, masks)
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """Chunks that hold whole rows, one per block of ``rows`` rows (``ChunkIndex.row_blocks``)."""
+
+    rows: int
+    offsets: np.ndarray[Any, np.dtype[np.int64]]
+    sizes: np.ndarray[Any, np.dtype[np.int64]]
+    masks: np.ndarray[Any, np.dtype[np.int64]]
 
 
 def read_chunk_index(dset: h5py.Dataset, where: str) -> ChunkIndex:

@@ -47,7 +47,6 @@ __all__ = ["RowReader"]
 
 _MAX_SLAB_BYTES = 64 * 1024**2
 _GAP_BYTES = 64 * 1024  # below this, reading the unneeded rows between two runs beats a call
-_UNALLOCATED = -1
 
 
 class RowReader:
@@ -436,18 +435,7 @@ def _mappable(dset: h5py.Dataset, file: ByteSource | None, row_nbytes: int, layo
 
 
 def _chunk_table(dset: h5py.Dataset, layout: Layout) -> tuple[int, IndexArray] | None:
-    chunks = dset.chunks
-    if tuple(chunks[1:]) != tuple(dset.shape[1:]):
-        return None  # a chunk splits rows: a row's bytes are not contiguous
+    # the layout check made every unfiltered chunk exactly one chunk of bytes inside the file
     assert layout.chunks is not None
-    rows_per_chunk = int(chunks[0])
-    count = -(-dset.shape[0] // rows_per_chunk)
-    table = np.full(count, _UNALLOCATED, dtype=np.int64)
-    # the layout check made every unfiltered chunk exactly one chunk of bytes inside the file;
-    # chunks past the length we read (a SWMR writer appending) are not ours to serve
-    first = layout.chunks.coords[:, 0]
-    keep = first < count * rows_per_chunk
-    table[first[keep] // rows_per_chunk] = layout.chunks.offsets[keep]
-    if np.any(table == _UNALLOCATED):
-        return None  # unwritten chunks read as the fill value: leave them to HDF5
-    return rows_per_chunk, table
+    blocks = layout.chunks.row_blocks(tuple(dset.shape), tuple(dset.chunks))
+    return None if blocks is None else (blocks.rows, blocks.offsets)
