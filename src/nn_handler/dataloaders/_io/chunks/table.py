@@ -105,7 +105,8 @@ class ChunkTable:
             buf = np.empty(max(size, 1), dtype=np.uint8)
             local.buf = buf
         view = buf[:size]
-        return view, self.read_many([block], [view])[0]
+        self._read([(int(self.offsets[block]), size)], [view], [block])
+        return view, int(self.masks[block])
 
     def read_many(
         self, blocks: Sequence[int], buffers: Sequence[np.ndarray[Any, Any]]
@@ -118,9 +119,17 @@ class ChunkTable:
         Raises:
             ChunkTableError: the file is shorter than the table says (it changed).
         """
+        self._read([(int(self.offsets[b]), int(self.sizes[b])) for b in blocks], buffers, blocks)
+        return [int(self.masks[b]) for b in blocks]
+
+    def _read(
+        self,
+        ranges: list[tuple[int, int]],
+        buffers: Sequence[np.ndarray[Any, Any]],
+        blocks: Sequence[int],
+    ) -> None:
         if self._checked.peek() is None:  # (not get_or_make: opening the file takes that lock)
             self._checked.set(self._check_file())
-        ranges = [(int(self.offsets[b]), int(self.sizes[b])) for b in blocks]
         try:
             self.file.read_ranges(ranges, buffers)
         except FileChangedError as exc:
@@ -130,7 +139,6 @@ class ChunkTable:
                 f"was opened ({exc})",
                 self.path,
             ) from exc
-        return [int(self.masks[b]) for b in blocks]
 
     def _check_file(self) -> bool:
         current = identity_of_fd(self.file.descriptor())

@@ -40,6 +40,7 @@ Buffer = np.ndarray[Any, Any] | bytearray | memoryview
 
 _STAT_EVERY_S = 0.01
 _MAX_IOVECS = 512  # below every platform's IOV_MAX (1024 on Linux and macOS)
+_HAS_PREADV = hasattr(os, "preadv")  # a platform question (all POSIX but old macOS)
 
 
 @runtime_checkable
@@ -119,15 +120,19 @@ class LocalFile:
         """
         if len(ranges) != len(buffers):
             raise ValueError(f"{len(ranges)} ranges but {len(buffers)} buffers")
-        views = [_byte_view(buf, rng) for rng, buf in zip(ranges, buffers, strict=True)]
+        for rng, buf in zip(ranges, buffers, strict=True):
+            _check_size(buf, rng)
         fd = self.descriptor()
+        if len(ranges) == 1:  # the common case, without the grouping below
+            self._read_run(fd, ranges[0][0], ranges[0][0] + ranges[0][1], buffers)
+            return
         first = 0
         while first < len(ranges):
             last, end = first + 1, ranges[first][0] + ranges[first][1]
             while last < len(ranges) and last - first < _MAX_IOVECS and ranges[last][0] == end:
                 end += ranges[last][1]
                 last += 1
-            self._read_run(fd, ranges[first][0], views[first:last])
+            self._read_run(fd, ranges[first][0], end, buffers[first:last])
             first = last
 
     def map(self) -> MappedFile:
@@ -155,20 +160,18 @@ class LocalFile:
             raise
         return _Descriptor(fd)
 
-    def _read_run(self, fd: int, offset: int, views: list[memoryview]) -> None:
-        total = sum(v.nbytes for v in views)
-        done = 0
-        while done < total:
-            got = _preadv(fd, _after(views, done), offset + done)
-            if got <= 0:
+    def _read_run(self, fd: int, offset: int, end: int, buffers: Sequence[Buffer]) -> None:
+        got = _preadv(fd, buffers, offset) if end > offset else 0  # usually all of it at once
+        while offset + got < end:
+            more = _preadv(fd, _after([_bytes(b) for b in buffers], got), offset + got)
+            if more <= 0:
                 raise FileChangedError(
-                    f"{self.path!r} ends before byte {offset + total} (it has "
-                    f"{os.fstat(fd).st_size} bytes; bytes [{offset}, {offset + total}) were "
-                    "asked for): it was truncated after the dataset was built. Build the "
-                    "dataset again",
+                    f"{self.path!r} ends before byte {end} (it has {os.fstat(fd).st_size} "
+                    f"bytes; bytes [{offset}, {end}) were asked for): it was truncated after "
+                    "the dataset was built. Build the dataset again",
                     self.path,
                 )
-            done += got
+            got += more
 
     def __repr__(self) -> str:
         return f"LocalFile({self.path!r})"
@@ -190,18 +193,21 @@ class _Descriptor:
         self.close()
 
 
-def _byte_view(buf: Buffer, rng: tuple[int, int]) -> memoryview:
+def _check_size(buf: Buffer, rng: tuple[int, int]) -> None:
+    # writable and C-contiguous: preadv asks for that itself (see _preadv)
     offset, length = rng
-    if isinstance(buf, np.ndarray) and not buf.flags.c_contiguous:
-        raise ValueError("buffers must be C-contiguous (a strided array would be read into a copy)")
-    target: Any = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
-    view = memoryview(target).cast("B")
-    if offset < 0 or length < 0 or view.nbytes != length or view.readonly:
+    nbytes = len(buf) if isinstance(buf, bytearray) else buf.nbytes
+    if offset < 0 or length < 0 or nbytes != length:
         raise ValueError(
-            f"range (offset={offset}, length={length}) needs a writable buffer of {length} "
-            f"bytes, got {view.nbytes} bytes{' (read-only)' if view.readonly else ''}"
+            f"range (offset={offset}, length={length}) needs a buffer of {length} bytes, got "
+            f"{nbytes} bytes"
         )
-    return view
+
+
+def _bytes(buf: Buffer) -> memoryview:
+    """``buf`` as a flat view of bytes (to read the rest of a short read into)."""
+    target: Any = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
+    return memoryview(target).cast("B")
 
 
 def _after(views: list[memoryview], skip: int) -> list[memoryview]:
@@ -216,11 +222,15 @@ def _after(views: list[memoryview], skip: int) -> list[memoryview]:
     return rest
 
 
-def _preadv(fd: int, views: list[memoryview], offset: int) -> int:
-    if hasattr(os, "preadv"):  # a platform question, not a capability of ours
-        return int(os.preadv(fd, views, offset))
-    data = os.pread(fd, views[0].nbytes, offset)  # platforms without preadv: one extra copy
-    views[0][: len(data)] = data
+def _preadv(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+    try:
+        if _HAS_PREADV:
+            return int(os.preadv(fd, buffers, offset))  # type: ignore[arg-type]  # ndarrays too
+        view = _bytes(buffers[0])  # platforms without preadv: one buffer at a time, a copy
+    except (BufferError, TypeError, ValueError) as exc:  # read-only, or strided: refused
+        raise ValueError(f"buffers must be writable and C-contiguous ({exc})") from exc
+    data = os.pread(fd, view.nbytes, offset)
+    view[: len(data)] = data
     return len(data)
 
 
