@@ -61,6 +61,8 @@ class ByteSource(Protocol):
     def read_ranges(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
         """Fill ``buffers[k]`` with the ``ranges[k] = (offset, length)`` bytes of the file.
 
+        Ranges may come in any order, touch or overlap; a zero-length range reads nothing.
+
         Raises:
             ValueError: a buffer's size is not its range's length, or a range is negative.
             FileChangedError: a range ends past the end of the file, or the file is no longer
