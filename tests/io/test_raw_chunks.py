@@ -59,7 +59,7 @@ def test_a_replaced_file_is_refused(make_h5):
     path = make_h5({"x": (images(64), "gzip")})
     t = table(path)
     clone = pickle.loads(pickle.dumps(t))  # no descriptor travels: opened on first read
-    assert clone._fd.peek() is None
+    assert clone.file._fd.peek() is None
     os.replace(make_h5({"x": (images(64, seed=5), "gzip")}), path)
     with pytest.raises(ChunkTableError, match="was replaced"):
         clone.read(0)
@@ -69,13 +69,45 @@ def test_descriptor_is_per_process(make_h5):
     path = make_h5({"x": (images(16), "gzip")})
     t = table(path)
     t.read(0)
-    old = t._fd.peek()
+    old = t.file._fd.peek()
     assert old is not None and old.fd >= 0
     as_if_forked()  # the next read opens its own descriptor
-    assert t._fd.inherited
+    assert t.file._fd.inherited
     t.read(1)
-    mine = t._fd.peek()
-    assert mine is not None and mine is not old and not t._fd.inherited
+    mine = t.file._fd.peek()
+    assert mine is not None and mine is not old and not t.file._fd.inherited
     t.close()
-    assert t._fd.peek() is None
+    assert t.file._fd.peek() is None
     np.testing.assert_array_equal(np.frombuffer(t.read(1)[0], np.uint8).size > 0, True)
+
+
+def test_built_from_the_layout_checks_index_without_walking_again(make_h5, monkeypatch):
+    from nn_handler.dataloaders._io.file import chunk_index
+    from nn_handler.dataloaders._io.file.layout import inspect_layout
+    from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+
+    path = make_h5({"x": (images(61), "gzip-shuffle")})
+    source = H5Source(str(path), FileOptions())
+    dset = source.dataset("x")
+    layout = inspect_layout(dset, source, "x")
+    walked = ChunkTable.build(dset, str(path))
+
+    def no_walk(*_):
+        raise AssertionError("the chunk index was walked again")
+
+    monkeypatch.setattr(chunk_index, "visit_chunks", no_walk)
+    given = ChunkTable.build(dset, str(path), layout.chunks)
+    for name in ("offsets", "sizes", "masks"):
+        np.testing.assert_array_equal(getattr(given, name), getattr(walked, name))
+    source.close()
+
+
+def test_read_many_equals_read(make_h5):
+    path = make_h5({"x": (images(61), "gzip-shuffle")})
+    t = table(path)
+    blocks = [3, 0, 1, 2, 7, 3]  # adjacent chunks, and one twice
+    buffers = [np.empty(int(t.sizes[b]), np.uint8) for b in blocks]
+    masks = t.read_many(blocks, buffers)
+    for block, buf, mask in zip(blocks, buffers, masks, strict=True):
+        raw, one_mask = t.read(block)
+        assert buf.tobytes() == raw.tobytes() and mask == one_mask

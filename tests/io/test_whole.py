@@ -19,7 +19,7 @@ def where():
 
 def read_all(path, reader, names):
     fid = reader._sources[0].file.id  # as H5SampleDataset does: through the reader's own source
-    assert reader._paths[0] == str(path)
+    assert reader._sources[0].path == str(path)
     return [reader.read(0, h5py.h5d.open(fid, n.encode()), where) for n in names]
 
 
@@ -32,7 +32,7 @@ def test_every_layout_equals_h5py_and_only_raw_contiguous_is_mapped(tmp_path, la
     for arr, want in zip(got, samples.values(), strict=True):
         np.testing.assert_array_equal(arr, want)
         assert arr.flags.writeable and arr.flags.owndata | (arr.base is not None)
-    assert bool(reader._local.get().fds) == (layout == "contiguous")  # raw reads of the bytes
+    assert bool(reader._local.get().files) == (layout == "contiguous")  # raw reads of the bytes
     assert reader._local.get().trusted == ({0: True} if layout == "contiguous" else {})
 
 
@@ -91,7 +91,7 @@ def test_pickle_and_new_process_drop_descriptors(tmp_path):
     as_if_forked()
     assert reader._local.inherited
     read_all(path, reader, ["a"])
-    assert list(reader._local.get().fds) == [0]
+    assert list(reader._local.get().files) == [0]
 
 
 def test_unreadable_samples(tmp_path):

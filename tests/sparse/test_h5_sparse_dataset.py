@@ -309,7 +309,7 @@ def test_pickle_and_indptr_reread(files, monkeypatch):
     np.testing.assert_array_equal(light[[9, 3]].numpy(), expected[[9, 3]])
 
 
-def test_repr_close_and_context_manager(files):
+def test_repr_close_and_context_manager(files, tmp_path):
     path, _ = files["csr-gzip"]
     with H5SparseDataset(path, label="cell_type") as ds:
         ds[1]  # row 0 is empty: reading it opens nothing
@@ -317,7 +317,10 @@ def test_repr_close_and_context_manager(files):
         assert "csr_matrix" in text and f"shape=({N_OBS}, {N_VARS})" in text
         assert "label='cell_type'" in text and text.endswith("open)")
     assert not ds.is_open
-    assert "3 files" in repr(H5SparseDataset([path] * 3))
+    copies = [tmp_path / f"copy{i}.h5ad" for i in range(3)]  # one file listed twice is refused
+    for copy in copies:
+        copy.write_bytes(path.read_bytes())
+    assert "3 files" in repr(H5SparseDataset(copies))
 
 
 def test_auto_detection_and_groups(tmp_path, files):

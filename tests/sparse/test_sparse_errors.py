@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -166,6 +169,17 @@ def test_files_with_other_columns(good, tmp_path):
         H5SparseDataset([good, small])
 
 
+def test_the_same_file_twice_is_refused_whatever_its_spelling(good, tmp_path, monkeypatch):
+    (tmp_path / "link.h5ad").symlink_to(good)
+    os.link(good, tmp_path / "hard.h5ad")
+    monkeypatch.chdir(good.parent)
+    for other in (good, "./g.h5ad", tmp_path / "link.h5ad", tmp_path / "hard.h5ad"):
+        with pytest.raises(ValueError, match="the same file; each file may appear once") as info:
+            H5SparseDataset([good, other])
+        assert repr(os.fspath(other)) in str(info.value)
+        assert "paths lists" in str(info.value) and repr(str(good)) in str(info.value)
+
+
 def test_bad_arguments(good):
     with pytest.raises(ValueError, match="output must be one of 'dense', 'sparse_csr'; got 'coo'"):
         H5SparseDataset(good, output="coo")
@@ -177,8 +191,12 @@ def test_bad_arguments(good):
         H5SparseDataset(good, dtype="float99")
     with pytest.raises(TypeError, match="group must be a non-empty string or None"):
         H5SparseDataset(good, group=3)
-    with pytest.raises(TypeError, match="paths must be a path, a file object or a non-empty"):
+    with pytest.raises(
+        ValueError, match=re.escape("paths must name at least one HDF5 file, got []")
+    ):
         H5SparseDataset([])
+    with pytest.raises(TypeError, match="paths must be a path or a sequence of paths or file obj"):
+        H5SparseDataset([good, 3])
     with pytest.raises(FileNotFoundError, match="HDF5 file not found"):
         H5SparseDataset(good.parent / "missing.h5ad")
     with pytest.raises(TypeError, match="unexpected keyword argument 'lable'"):

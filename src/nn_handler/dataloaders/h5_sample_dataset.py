@@ -10,7 +10,6 @@ starts without listing 100k members again.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from torch.utils.data import Dataset
 
 from .._validate import check_callable, check_int, format_names, numpy_dtype
 from ._io.errors import DataFileError
+from ._io.file.paths import check_paths
 from ._io.file.source import FileOptions, H5Source, LockingMode
 from ._io.formats.attrs import LabelReader
 from ._io.formats.members import open_dataset_id
@@ -101,7 +101,7 @@ class H5SampleDataset(Dataset[Sample]):
         locking: LockingMode = "best-effort",
         allow_external_files: bool = False,
     ) -> None:
-        self._paths = _check_paths(paths)
+        self._paths = tuple(check_paths(paths))
         self._group = _check_group(group)
         self._pattern = NamePattern.parse(pattern)
         self._limit = _check_limit(limit)
@@ -220,25 +220,6 @@ class H5SampleDataset(Dataset[Sample]):
             parts.append(f"skipped={self.skipped}")
         parts.append("open" if self.is_open else "closed")
         return f"H5SampleDataset({', '.join(parts)})"
-
-
-def _check_paths(paths: Any) -> tuple[str, ...]:
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
-    if not isinstance(items, Sequence) or isinstance(items, bytes):
-        raise TypeError(f"paths must be a path or a sequence of paths, got {paths!r}")
-    if len(items) == 0:
-        raise ValueError(f"paths must name at least one HDF5 file, got {paths!r}")
-    result: list[str] = []
-    for p in items:
-        if not isinstance(p, (str, os.PathLike)):
-            raise TypeError(f"paths must hold str or os.PathLike entries, got {p!r} in {paths!r}")
-        result.append(os.fspath(p))
-    real = [os.path.realpath(p) for p in result]
-    seen = Counter(real)
-    dupes = sorted({p for p, r in zip(result, real, strict=True) if seen[r] > 1})
-    if dupes:
-        raise ValueError(f"paths must not repeat a file (its samples would repeat): {dupes!r}")
-    return tuple(result)
 
 
 def _check_group(group: Any) -> str:

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validate import check_choice, check_key, numpy_dtype
+from ._io.file.paths import check_paths
 from ._io.file.source import FileOptions, LockingMode
 from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
@@ -118,7 +119,7 @@ class H5SparseDataset(Dataset[Any]):
             open_sparse_file(
                 p, group, options, csc=mode, sidecar_dir=folder, var_key=var_key, label=label
             )
-            for p in _path_list(paths)
+            for p in check_paths(paths, file_objects=True)
         ]
         self._maps = _column_maps(self._files, wanted)
         self._offsets = np.cumsum([0] + [f.layout.n_rows for f in self._files], dtype=np.int64)
@@ -306,16 +307,6 @@ def _value_dtype(dtype: Any) -> np.dtype[Any]:
     if result is None or result.kind not in "biuf":
         raise TypeError(f"dtype must be a numeric NumPy dtype (e.g. np.float32), got {dtype!r}")
     return result
-
-
-def _path_list(paths: Any) -> list[Any]:
-    if isinstance(paths, str | os.PathLike) or hasattr(paths, "read"):
-        return [paths]
-    if not isinstance(paths, Sequence) or not paths:
-        raise TypeError(
-            f"paths must be a path, a file object or a non-empty sequence of them, got {paths!r}"
-        )
-    return list(paths)
 
 
 def _column_maps(files: list[SparseFile], wanted: list[Any] | None) -> list[ColumnMap]:

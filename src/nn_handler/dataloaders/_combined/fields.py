@@ -161,7 +161,7 @@ def with_field_keys(keys: Mapping[str, str], load_fields: Sequence[str] | None) 
 
 
 def check_filters_of(schema: FileSchema, names: Iterable[str], source: H5Source) -> None:
-    """Raise ``RuntimeError`` if a field of ``names`` uses a filter that cannot be decoded here."""
+    """Raise ``MissingFilterError`` if a field of ``names`` uses a filter not installed here."""
     for name in names:
         info = schema.fields.get(name)
         if info is not None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..._validate import check_positive_int
+from .._io.file.paths import check_paths
 from .._io.file.source import FileOptions, H5Source
 from .._io.indices import IndexArray
 from .._io.process import PerProcess
@@ -48,7 +49,7 @@ class FilePool:
         max_open: int,
     ) -> None:
         self.max_open = check_positive_int("max_open_files", max_open)
-        self.sources = [H5Source(path, options) for path in _as_paths(paths)]
+        self.sources = [H5Source(path, options) for path in check_paths(paths)]
         self.keys = dict(keys)
         self._local: PerProcess[_OpenFiles] = PerProcess()
 
@@ -128,34 +129,3 @@ class FileColumns:
         values = self.pool.reader(self.file_no, field).read(rows)
         self.nbytes += values.nbytes
         return values
-
-
-def _as_paths(paths: Any) -> list[str]:
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    if not isinstance(paths, Sequence) or not all(isinstance(p, (str, os.PathLike)) for p in paths):
-        raise TypeError(f"paths must be a path or a sequence of paths to HDF5 files, got {paths!r}")
-    if not paths:
-        raise ValueError(f"paths must name at least one HDF5 file, got {paths!r}")
-    result = [os.fspath(p) for p in paths]
-    seen: dict[Any, str] = {}
-    for path in result:
-        # the same file under two spellings ("a.h5", "./a.h5", a symlink, a hard link)
-        key = _file_key(path)
-        if key in seen:
-            same = f"{path!r} twice" if seen[key] == path else f"{seen[key]!r} and {path!r}"
-            raise ValueError(
-                f"paths lists {same}, the same file; each file may appear once "
-                "(its samples would be read twice)"
-            )
-        seen[key] = path
-    return result
-
-
-def _file_key(path: str) -> Any:
-    """``(device, inode)`` of an existing file, else its resolved path."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return os.path.realpath(path)  # missing: H5Source raises FileNotFoundError next
-    return (st.st_dev, st.st_ino)

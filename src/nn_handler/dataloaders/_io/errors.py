@@ -49,8 +49,12 @@ class FileChangedError(DataFileError):
     """The file changed (rewritten, replaced, truncated) after the dataset was built."""
 
 
-class MissingFilterError(DataFileError):
-    """A dataset needs an HDF5 filter (compression plugin) that is not installed."""
+class MissingFilterError(DataFileError, RuntimeError):
+    """A dataset needs an HDF5 filter (compression plugin) that is not installed.
+
+    Also a ``RuntimeError``: what ``H5LazyDataset``, ``RankMemCachedH5Dataset`` and
+    ``CombinedHDF5Dataset`` raised for it before, so code that catches that keeps working.
+    """
 
 
 class ExternalDataError(DataFileError, PermissionError):

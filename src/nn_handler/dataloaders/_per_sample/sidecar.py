@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from .._io.file.identity import FileIdentity
+
 __all__ = [
     "DEFAULT_LIMITS",
     "SIDECAR_SUFFIX",
@@ -56,15 +58,13 @@ def sidecar_path(data_path: str) -> str:
 
 
 def file_stamp(data_path: str) -> dict[str, int]:
-    """Return the identity of the data file that validates a sidecar."""
+    """Return the identity of the data file that validates a sidecar.
+
+    ``FileIdentity`` plus the status-change time (a rewrite that sets the mtime back still
+    moves it), under the key names sidecars already on disk use: they stay valid.
+    """
     st = os.stat(data_path)
-    return {
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "ctime_ns": st.st_ctime_ns,
-        "ino": st.st_ino,
-        "dev": st.st_dev,
-    }
+    return {**FileIdentity.of_stat(st).as_record(), "ctime_ns": st.st_ctime_ns}
 
 
 def load_sidecar(

@@ -1,30 +1,246 @@
-"""Raw bytes of a data file, read so that a file that shrinks under us is an error, not SIGBUS.
+"""Raw bytes of a data file: one small interface for every read that is not HDF5 metadata.
 
-Touching a page of a memory map past the end of a file that was truncated after it was mapped
-kills the process with SIGBUS: no Python exception, no traceback. So:
+HDF5 metadata (object headers, chunk indexes) stays with h5py. The bytes of the data themselves
+(contiguous datasets, raw chunks) are read by us, and every such read goes through a
+``ByteSource``: "read these ``(offset, length)`` ranges into these buffers". A call carries many
+ranges, so that an implementation can coalesce neighbours and run them concurrently (a remote
+store: one request per run of ranges; the local file: one ``preadv`` per run of adjacent ones).
 
-* ``MappedFile`` maps the file the dataset was built from, and ``check(end)`` (one ``fstat``
-  of the mapped file itself, whatever the path names now) must pass before the bytes below
-  ``end`` are touched: the file must still be at least ``end`` bytes long.
-* ``read_exact`` reads with ``pread``, which returns short instead of faulting; a short read
-  is an error.
+``LocalFile`` is the first implementation: a descriptor per process (``PerProcess``), opened
+lazily and checked to be the file the dataset was built from, and ``os.preadv`` (the GIL is
+released while the kernel copies). ``pread`` returns short instead of faulting, so a file
+truncated under us is a ``FileChangedError`` naming the file, the range and the size.
+
+A memory map is a capability only a local file has (``Mappable``). Touching a page of a map past
+the end of a file that was truncated after it was mapped kills the process with SIGBUS: no Python
+exception, no traceback. So ``MappedFile.check(end)`` (one ``fstat`` of the mapped file itself,
+whatever the path names now) must pass before the bytes below ``end`` are touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import FileChangedError
+from ..process import PerProcess
 from .identity import FileIdentity, check_identity, identity_of_fd
 
-__all__ = ["MappedFile", "read_exact"]
+__all__ = ["Buffer", "ByteSource", "LocalFile", "Mappable", "MappedFile"]
+
+#: A writable buffer: a C-contiguous array, a ``bytearray`` or a writable ``memoryview``.
+Buffer = np.ndarray[Any, Any] | bytearray | memoryview
 
 _STAT_EVERY_S = 0.01
+_MAX_IOVECS = 512  # below every platform's IOV_MAX (1024 on Linux and macOS)
+_HAS_PREADV = hasattr(os, "preadv")  # a platform question (all POSIX but old macOS)
+
+
+@runtime_checkable
+class ByteSource(Protocol):
+    """The bytes of one data file, read by ranges (see the module docstring)."""
+
+    @property
+    def name(self) -> str:
+        """The file, for messages."""
+
+    @property
+    def identity(self) -> FileIdentity | None:
+        """The file as the dataset saw it when built (None: not recorded)."""
+
+    def size(self) -> int:
+        """Bytes in the file now."""
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """Fill ``buffers[k]`` with the ``ranges[k] = (offset, length)`` bytes of the file.
+
+        Ranges may come in any order, touch or overlap; a zero-length range reads nothing.
+
+        Raises:
+            ValueError: a buffer's size is not its range's length, or a range is negative.
+            FileChangedError: a range ends past the end of the file, or the file is no longer
+                the one ``identity`` describes.
+        """
+
+    def close(self) -> None:
+        """Release what this process holds (descriptors, connections); reads reopen them."""
+
+
+@runtime_checkable
+class Mappable(ByteSource, Protocol):
+    """A byte source that can also be memory-mapped (a local file)."""
+
+    def map(self) -> MappedFile:
+        """A read-only map of the whole file (check it before each use: ``MappedFile.check``)."""
+
+
+class LocalFile:
+    """A file on a local (or network) file system, read with ``preadv``; a ``ByteSource``.
+
+    Args:
+        path: The file.
+        identity: The file as the dataset saw it when built (each process's descriptor is
+            checked against it when opened), or None to check nothing but the sizes read.
+        growing: The file may grow (a SWMR writer appends to it).
+    """
+
+    def __init__(
+        self, path: str, identity: FileIdentity | None = None, *, growing: bool = False
+    ) -> None:
+        self.path = path
+        self._identity = identity
+        self.growing = growing
+        # descriptor and the lock that guards closing it belong to one process: see process.py
+        self._fd: PerProcess[_Descriptor] = PerProcess()
+        self._lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
+
+    @property
+    def name(self) -> str:
+        """The file's path."""
+        return self.path
+
+    @property
+    def identity(self) -> FileIdentity | None:
+        """The file as the dataset saw it when built."""
+        return self._identity
+
+    def size(self) -> int:
+        """Bytes in the file now (``fstat`` of this process's descriptor)."""
+        return int(os.fstat(self.descriptor()).st_size)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """Fill each buffer with its range of the file (see ``ByteSource.read_ranges``).
+
+        Adjacent ranges (one ends where the next starts) are read with one ``preadv``.
+        """
+        if len(ranges) != len(buffers):
+            raise ValueError(f"{len(ranges)} ranges but {len(buffers)} buffers")
+        fd = self.descriptor()
+        if len(ranges) == 1:  # the common case (one chunk), kept short: ~1 us over a bare pread
+            offset, length = ranges[0]
+            _check_size(buffers[0], offset, length)
+            got = _preadv(fd, buffers, offset) if length else 0
+            if got != length:
+                self._read_rest(fd, offset, offset + length, buffers, got)
+            return
+        for (offset, length), buf in zip(ranges, buffers, strict=True):
+            _check_size(buf, offset, length)
+        first = 0
+        while first < len(ranges):
+            last, end = first + 1, ranges[first][0] + ranges[first][1]
+            while last < len(ranges) and last - first < _MAX_IOVECS and ranges[last][0] == end:
+                end += ranges[last][1]
+                last += 1
+            run = buffers[first:last]
+            got = _preadv(fd, run, ranges[first][0]) if end > ranges[first][0] else 0
+            self._read_rest(fd, ranges[first][0], end, run, got)
+            first = last
+
+    def map(self) -> MappedFile:
+        """A read-only map of the file (see ``MappedFile``)."""
+        return MappedFile(self.path, self._identity, growing=self.growing)
+
+    def descriptor(self) -> int:
+        """This process's descriptor of the file, opened (and checked) on first use."""
+        return self._fd.get_or_make(self._open).fd
+
+    def close(self) -> None:
+        """Close this process's descriptor (the next read reopens it)."""
+        with self._lock.get():
+            held = self._fd.pop()
+        if held is not None:
+            held.close()
+
+    def _open(self) -> _Descriptor:
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if self._identity is not None:  # the file the dataset was built from, not a new one
+                check_identity(self.path, self._identity, identity_of_fd(fd), growing=self.growing)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Descriptor(fd)
+
+    def _read_rest(
+        self, fd: int, offset: int, end: int, buffers: Sequence[Buffer], got: int
+    ) -> None:
+        """Read on after a first ``preadv`` of bytes ``[offset, end)`` that gave ``got`` bytes."""
+        while offset + got < end:
+            more = _preadv(fd, _after([_bytes(b) for b in buffers], got), offset + got)
+            if more <= 0:
+                raise FileChangedError(
+                    f"{self.path!r} ends before byte {end} (it has {os.fstat(fd).st_size} "
+                    f"bytes; bytes [{offset}, {end}) were asked for): it was truncated after "
+                    "the dataset was built. Build the dataset again",
+                    self.path,
+                )
+            got += more
+
+    def __repr__(self) -> str:
+        return f"LocalFile({self.path!r})"
+
+
+class _Descriptor:
+    """A read-only file descriptor, closed when dropped (in the process that holds it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):  # already closed
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _check_size(buf: Buffer, offset: int, length: int) -> None:
+    # writable and C-contiguous: preadv asks for that itself (see _preadv)
+    nbytes = len(buf) if isinstance(buf, bytearray) else buf.nbytes
+    if offset < 0 or length < 0 or nbytes != length:
+        raise ValueError(
+            f"range (offset={offset}, length={length}) needs a buffer of {length} bytes, got "
+            f"{nbytes} bytes"
+        )
+
+
+def _bytes(buf: Buffer) -> memoryview:
+    """``buf`` as a flat view of bytes (to read the rest of a short read into)."""
+    target: Any = buf.reshape(-1).view(np.uint8) if isinstance(buf, np.ndarray) else buf
+    return memoryview(target).cast("B")
+
+
+def _after(views: list[memoryview], skip: int) -> list[memoryview]:
+    """The views with their first ``skip`` bytes (altogether) dropped; empty views left out."""
+    rest = []
+    for view in views:
+        if skip >= view.nbytes:
+            skip -= view.nbytes
+            continue
+        rest.append(view[skip:])
+        skip = 0
+    return rest
+
+
+def _preadv(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+    try:
+        if _HAS_PREADV:
+            return int(os.preadv(fd, buffers, offset))  # type: ignore[arg-type]  # ndarrays too
+        view = _bytes(buffers[0])  # platforms without preadv: one buffer at a time, a copy
+    except (BufferError, TypeError, ValueError) as exc:  # read-only, or strided: refused
+        raise ValueError(f"buffers must be writable and C-contiguous ({exc})") from exc
+    data = os.pread(fd, view.nbytes, offset)
+    view[: len(data)] = data
+    return len(data)
 
 
 class MappedFile:
@@ -34,7 +250,7 @@ class MappedFile:
     the file the dataset was built from, not one renamed into its place since). ``check`` then
     compares the path's identity with ``identity`` again (rewritten, replaced or truncated:
     ``FileChangedError``) and asks the map for the mapped file's own size (its duplicate
-    descriptor; one descriptor per map, as ``np.memmap``).
+    descriptor; one descriptor per map, as ``np.memmap``). Make one with ``LocalFile.map``.
 
     Args:
         path: The file.
@@ -84,30 +300,3 @@ class MappedFile:
                 "truncated after the dataset was built. Build the dataset again",
                 self.path,
             )
-
-
-def read_exact(fd: int, out: np.ndarray[Any, Any], offset: int, path: str) -> None:
-    """Fill the C-contiguous array ``out`` with the file's bytes from ``offset`` on.
-
-    Raises:
-        FileChangedError: the file ended first (it was truncated after the dataset was built).
-    """
-    view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-    done = 0
-    while done < view.nbytes:
-        got = _pread_into(fd, view[done:], offset + done)
-        if got <= 0:
-            raise FileChangedError(
-                f"{path!r} ends before byte {offset + view.nbytes} of a dataset recorded in it: "
-                "it was truncated after the dataset was built. Build the dataset again",
-                path,
-            )
-        done += got
-
-
-def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    if hasattr(os, "preadv"):
-        return int(os.preadv(fd, [view], offset))
-    data = os.pread(fd, view.nbytes, offset)  # platforms without preadv: one extra copy
-    view[: len(data)] = data
-    return len(data)

@@ -5,6 +5,9 @@ fails at the first read with HDF5's "can't open directory (/usr/local/lib/plugin
 for plugins on ``HDF5_PLUGIN_PATH`` when asked whether a filter is available, and ``hdf5plugin``
 (imported by ``H5Source`` when installed) registers its filters on import, so
 ``h5py.h5z.filter_avail`` answers for every way a plugin can be installed.
+
+``check_filters`` is the one check: every dataset class runs it (through the layout check,
+``layout.py``, or before a reader is built) and raises ``MissingFilterError``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 import h5py
 
+from ..errors import MissingFilterError
 from .source import H5Source, load_plugins
 
 __all__ = ["FILTER_NAMES", "FilterInfo", "check_filters", "check_filters_at", "filters_of"]
@@ -83,11 +87,16 @@ def filters_of(dset: h5py.Dataset) -> list[FilterInfo]:
     return found
 
 
-def check_filters(dset: h5py.Dataset, *, arg: str, key: str, where: str) -> None:
-    """Raise ``RuntimeError`` naming each filter of ``dset`` that HDF5 cannot decode here.
+def check_filters(dset: h5py.Dataset, where: str, path: str | None = None) -> None:
+    """Raise ``MissingFilterError`` naming each filter of ``dset`` that HDF5 cannot decode here.
 
     The message gives the filter's id and name and how to get it (``pip install hdf5plugin``,
     or a plugin directory on ``HDF5_PLUGIN_PATH``).
+
+    Args:
+        dset: The dataset.
+        where: What the message calls it: the argument or dataset, and its file.
+        path: The file, for the error's ``path``.
     """
     missing = [f for f in filters_of(dset) if not f.available]
     if not missing:
@@ -95,10 +104,11 @@ def check_filters(dset: h5py.Dataset, *, arg: str, key: str, where: str) -> None
     parts = [
         f"filter {f.code} ({f.name}): {_FILTERS.get(f.code, ('', _UNKNOWN))[1]}" for f in missing
     ]
-    raise RuntimeError(
-        f"{arg}={key!r} in {where!r} is compressed with a filter HDF5 cannot decode in this "
-        f"environment: {'; '.join(parts)}. Install the plugin, or point HDF5_PLUGIN_PATH at a "
-        "directory that holds it, then retry"
+    raise MissingFilterError(
+        f"{where} is compressed with a filter HDF5 cannot decode in this environment: "
+        f"{'; '.join(parts)}. Install the plugin, or point HDF5_PLUGIN_PATH at a directory "
+        "that holds it, then retry",
+        path,
     )
 
 
@@ -115,5 +125,5 @@ def _stored_name(raw: Any, code: int) -> str:
 
 
 def check_filters_at(source: H5Source, path: str, *, arg: str, key: str) -> None:
-    """``check_filters`` for the dataset at ``path`` in ``source`` (see there)."""
-    check_filters(source.file[path], arg=arg, key=key, where=source.path)
+    """``check_filters`` for the dataset at ``path`` in ``source``, given as ``arg=key``."""
+    check_filters(source.file[path], f"{arg}={key!r} in {source.path!r}", source.path)

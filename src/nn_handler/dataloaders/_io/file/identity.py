@@ -34,6 +34,28 @@ class FileIdentity:
         """The identity of a ``stat`` result."""
         return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev))
 
+    @classmethod
+    def of_path(cls, path: str) -> FileIdentity:
+        """The identity of the file at ``path`` now (symbolic links followed)."""
+        return cls.of_stat(os.stat(path))
+
+    def as_record(self) -> dict[str, int]:
+        """The identity as a JSON-able dict (``size``, ``mtime_ns``, ``ino``, ``dev``)."""
+        return {"size": self.size, "mtime_ns": self.mtime_ns, "ino": self.ino, "dev": self.dev}
+
+    @property
+    def file_key(self) -> tuple[int, int]:
+        """``(device, inode)``: the same for every name of one file (links, other spellings)."""
+        return self.dev, self.ino
+
+    def same_file(self, other: FileIdentity) -> bool:
+        """True when ``other`` is this very file (same inode on the same device), changed or not.
+
+        Hard links and symbolic links to one file are the same file; a copy, or a file renamed
+        into its place, is not.
+        """
+        return self.file_key == other.file_key
+
     def matches(self, st: os.stat_result) -> bool:
         """True when ``st`` is this identity (the per-batch fast path: no object built)."""
         return (
@@ -62,8 +84,7 @@ def check_identity(
     """
     if current == recorded:
         return
-    same_file = (current.ino, current.dev) == (recorded.ino, recorded.dev)
-    if growing and same_file and current.size >= recorded.size:
+    if growing and recorded.same_file(current) and current.size >= recorded.size:
         return
     raise FileChangedError(
         f"{path!r} changed after the dataset was built ({_describe(recorded, current)}); the "
@@ -76,8 +97,8 @@ def check_identity(
 
 def _describe(old: FileIdentity, new: FileIdentity) -> str:
     changes = []
-    if (old.ino, old.dev) != (new.ino, new.dev):
-        changes.append("replaced by another file")
+    if not old.same_file(new):
+        changes.append("it was replaced by another file")
     if old.size != new.size:
         changes.append(f"size {old.size} -> {new.size} bytes")
     if old.mtime_ns != new.mtime_ns:

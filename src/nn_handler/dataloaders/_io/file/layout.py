@@ -6,8 +6,9 @@ recorded past the end of the file reads as zeros, a chunk recorded as 1 byte mak
 Fletcher-32 filter read before its buffer (SIGSEGV), an external-storage dataset can point at
 ``/etc/passwd``. So, once per dataset and before any read (ours or h5py's):
 
-* every filter the dataset needs is available (else ``MissingFilterError``), with parameters
-  HDF5 accepts (a gzip level outside 0-9: ``CorruptFileError``);
+* every filter the dataset needs is available (else ``MissingFilterError``, from the one check
+  in ``filters.py``), with parameters HDF5 accepts (a gzip level outside 0-9:
+  ``CorruptFileError``);
 * data in other files (external links, external storage, virtual sources) stays inside the data
   file's directory unless the user allows otherwise (else ``ExternalDataError``);
 * every byte range lies inside the file: the contiguous block, and each chunk of the chunk table,
@@ -15,9 +16,9 @@ Fletcher-32 filter read before its buffer (SIGSEGV), an external-storage dataset
   least the 4-byte checksum with Fletcher-32); else ``CorruptFileError``.
 
 ``inspect_layout`` returns what the fast paths need to know: whether the dataset's bytes are in
-this file, whether its stored bytes equal its values (types HDF5 would copy unconverted;
-reduced-precision integers, non-IEEE floats and the like go through h5py), and the checked
-contiguous offset or chunk table.
+this file, whether its stored bytes equal its values (``stored_as_values``: types HDF5 would copy
+unconverted; reduced-precision integers, non-IEEE floats and the like go through h5py), and the
+checked contiguous offset or chunk index (walked once, here: ``chunk_index.py``).
 """
 
 from __future__ import annotations
@@ -30,29 +31,17 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..chunks.table import visit_chunks
-from ..errors import CorruptFileError, DataFileError, ExternalDataError, MissingFilterError
+from ..errors import CorruptFileError, DataFileError, ExternalDataError
+from .chunk_index import ChunkIndex, read_chunk_index
+from .filters import check_filters
 from .source import H5Source
 
-__all__ = ["CheckedChunks", "Layout", "inspect_layout"]
+__all__ = ["Layout", "inspect_layout", "stored_as_values"]
 
 _FLETCHER32 = int(h5py.h5z.FILTER_FLETCHER32)
 _DEFLATE = int(h5py.h5z.FILTER_DEFLATE)
 _CHECKSUM_BYTES = 4
 _ORIGIN = b"${ORIGIN}"
-
-
-@dataclass(frozen=True)
-class CheckedChunks:
-    """Every allocated chunk of a dataset: first index per axis, byte offset, size, filter mask."""
-
-    coords: np.ndarray[Any, np.dtype[np.int64]]  # (n, ndim)
-    offsets: np.ndarray[Any, np.dtype[np.int64]]
-    sizes: np.ndarray[Any, np.dtype[np.int64]]
-    masks: np.ndarray[Any, np.dtype[np.int64]]
-
-    def __len__(self) -> int:
-        return len(self.offsets)
 
 
 @dataclass(frozen=True)
@@ -62,7 +51,7 @@ class Layout:
     in_file: bool  # the dataset's bytes are in the source's own file
     raw_type: bool  # the stored bytes are the values (no HDF5 type conversion)
     contiguous_offset: int | None  # contiguous, allocated, internal storage: where it starts
-    chunks: CheckedChunks | None  # chunked datasets of this file: the checked chunk table
+    chunks: ChunkIndex | None  # chunked datasets of this file: the checked chunk index
 
     @property
     def fast_paths_allowed(self) -> bool:
@@ -87,10 +76,11 @@ def inspect_layout(dset: h5py.Dataset, source: H5Source, key: str) -> Layout:
 
 def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
     plist = dset.id.get_create_plist()
-    _check_filters(plist, where)
+    _check_filter_values(plist, where)
+    check_filters(dset, where)
     in_file = _in_this_file(dset, source)
     _check_outside(dset, plist, source, in_file, where)
-    raw = _raw_type(dset)
+    raw = stored_as_values(dset)
     size = _file_size(dset)
     layout = plist.get_layout()
     if dset.is_virtual or plist.get_external_count() > 0:
@@ -102,22 +92,14 @@ def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
     return Layout(in_file, raw, None, None)  # compact: the data is inside the object header
 
 
-def _check_filters(plist: Any, where: str) -> None:
+def _check_filter_values(plist: Any, where: str) -> None:
     for i in range(plist.get_nfilters()):
-        code, _flags, values, name = plist.get_filter(i)
+        code, _flags, values, _name = plist.get_filter(i)
         if int(code) == _DEFLATE and not (len(values) == 1 and 0 <= values[0] <= 9):
             # HDF5's own filter refuses to run then; our decoder would not need the level
             raise CorruptFileError(
                 f"{where} records gzip parameters {tuple(values)}; HDF5 accepts one level in "
                 "0-9: the dataset's filter pipeline is damaged",
-                None,
-            )
-        if not h5py.h5z.filter_avail(code):
-            label = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
-            raise MissingFilterError(
-                f"{where} is compressed with HDF5 filter {int(code)} ({label!r}), which is not "
-                "installed; `pip install hdf5plugin` provides blosc, zstd, lz4, bitshuffle and "
-                "more (it is loaded automatically when installed)",
                 None,
             )
 
@@ -127,19 +109,24 @@ def _in_this_file(dset: h5py.Dataset, source: H5Source) -> bool:
     return bool(h5py.h5i.get_file_id(dset.id).fileno == source.file.id.fileno)
 
 
-def _raw_type(dset: h5py.Dataset) -> bool:
-    """True when HDF5 would copy the stored bytes unchanged into ``dset.dtype``.
+def stored_as_values(obj: h5py.Dataset | h5py.h5t.TypeID) -> bool:
+    """True when HDF5 would copy the stored bytes of a dataset (or type) unchanged into NumPy's.
 
     That is when the file's type equals the one h5py builds for the NumPy dtype (``H5Tequal``
     compares class, size, byte order, precision, offset, padding, and enum members or compound
     fields): HDF5's conversion between equal types is a plain copy. A reduced-precision integer
     (sign-extended on read), a non-IEEE float, a null-terminated string and the like differ,
     and go through h5py.
+
+    Args:
+        obj: A dataset, or its file type (``DatasetID.get_type()``).
     """
-    if dset.dtype.hasobject or dset.dtype.itemsize == 0:
-        return False
     try:
-        return bool(dset.id.get_type().equal(h5py.h5t.py_create(dset.dtype)))
+        tid = obj.id.get_type() if isinstance(obj, h5py.Dataset) else obj
+        dtype = tid.dtype
+        if dtype.hasobject or dtype.itemsize == 0:
+            return False
+        return bool(tid.equal(h5py.h5t.py_create(dtype)))
     except (TypeError, ValueError):
         return False
 
@@ -169,30 +156,14 @@ def _contiguous_offset(dset: h5py.Dataset, size: int | None, where: str) -> int 
     return int(offset)
 
 
-def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -> CheckedChunks:
-    rank = len(dset.shape)
-    found: list[tuple[int, ...]] = []
-
-    def record(info: Any, address: int) -> None:
-        found.append((*info.chunk_offset, address, info.size, info.filter_mask))
-
-    try:
-        visit_chunks(dset, record)
-    except (RuntimeError, OSError, KeyError, ValueError) as exc:
-        raise CorruptFileError(
-            f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None
-        ) from exc
-    try:
-        rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
-    except (OverflowError, TypeError, ValueError) as exc:  # an address past 2**63, or none
-        raise CorruptFileError(f"{where}: its chunk index is damaged ({exc})", None) from exc
-    table = CheckedChunks(rows[:, :rank], rows[:, rank], rows[:, rank + 1], rows[:, rank + 2])
+def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -> ChunkIndex:
+    table = read_chunk_index(dset, where)
     _check_chunks(table, dset, plist, size, where)
     return table
 
 
 def _check_chunks(
-    table: CheckedChunks, dset: h5py.Dataset, plist: Any, size: int | None, where: str
+    table: ChunkIndex, dset: h5py.Dataset, plist: Any, size: int | None, where: str
 ) -> None:
     """Vectorized over the table; the first chunk that fails is named."""
     nfilters = plist.get_nfilters()

@@ -34,6 +34,7 @@ from ..errors import (
     is_writer_flag_error,
 )
 from ..process import PerProcess
+from .byte_source import ByteSource, LocalFile
 from .identity import FileIdentity, check_identity, identity_of_fd
 
 __all__ = [
@@ -247,6 +248,15 @@ class H5Source:
             current = FileIdentity.of_stat(st)
             check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
         return True
+
+    def byte_source(self) -> ByteSource | None:
+        """The file's bytes for our own reads of data (None for a file object: h5py reads it).
+
+        Checked against ``identity`` as recorded now (call it after the first open).
+        """
+        if not self.is_path:
+            return None
+        return LocalFile(self.path, self.identity, growing=self.may_grow)
 
     @property
     def swmr_mode(self) -> bool:

@@ -8,9 +8,11 @@ chunked like the source's ``data`` and compressed like it (gzip level 1 with byt
 the source is compressed), so rows are then read exactly like an AnnData ``csr_matrix``.
 
 Validation (else the sidecar is rebuilt): the sidecar records the source file's size and
-modification time (ns), taken before the build, and a content fingerprint (blake2b of the
-group's shape, encoding, dtypes and chunking, the whole ``indptr`` and the raw bytes of the first
-and last chunk of ``data`` and ``indices``); its own datasets must have the recorded lengths.
+modification time (ns) of its ``FileIdentity``, taken before the build (the header's keys are
+unchanged since version 1, so existing sidecars stay valid), and a content fingerprint (blake2b
+of the group's shape, encoding, dtypes and chunking, the whole ``indptr`` and the raw bytes of
+the first and last chunk of ``data`` and ``indices``); its own datasets must have the recorded
+lengths.
 
 The build reads the source through ``RowReader`` (parallel inflate), in slabs: pass 1 counts the
 entries of every row; then, per band of rows holding at most ``band_entries`` entries, one pass
@@ -35,6 +37,7 @@ import h5py
 import numpy as np
 
 from ..chunks.table import read_direct_chunk
+from ..file.identity import FileIdentity
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..rows.reader import RowReader
@@ -97,14 +100,14 @@ def ensure_csr_sidecar(
 
 def source_header(source: H5Source, layout: SparseLayout) -> dict[str, Any]:
     """What a sidecar must record to be valid for ``layout`` in ``source`` now."""
-    st = os.stat(source.path)
+    identity = FileIdentity.of_path(source.path)
     return {
         "version": _VERSION,
         "group": layout.group,
         "n_rows": layout.n_rows,
         "n_cols": layout.n_cols,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
+        "size": identity.size,
+        "mtime_ns": identity.mtime_ns,
         "fingerprint": _fingerprint(source, layout),
     }
 

@@ -7,14 +7,14 @@ another ~20% of CPU per sample (interleaved A/B on 25k 16×8 float32 samples).
 
 HDF5 stores contiguous, unfiltered, allocated data as one run of bytes at
 ``DatasetID.get_offset()`` (``None`` for every other layout), so those samples are read with one
-``pread`` of the file (a descriptor per file and process; a file truncated under us reads short
-and raises, where a memory map would kill the process with SIGBUS) when the stored type is
-exactly NumPy's (``TypeID.equal``, memoized per file) and the first such sample of each file
-matched HDF5's own read; everything else (chunked, compressed, compact, external, complex,
-odd-precision types) is read by HDF5.
+range of the file's ``ByteSource`` (``pread`` of a descriptor per file and process; a file
+truncated under us reads short and raises, where a memory map would kill the process with
+SIGBUS) when the stored type is exactly NumPy's (``TypeID.equal``, memoized per file) and the
+first such sample of each file matched HDF5's own read (``verify.py``); everything else
+(chunked, compressed, compact, external, complex, odd-precision types) is read by HDF5.
 
 Each sample is checked once per process before its first read, as ``RowReader`` checks a
-dataset (``layout_check``): filters installed, bytes inside the file, chunk sizes that fit their
+dataset (``file/layout.py``): filters installed, bytes inside the file, chunk sizes that fit their
 filters, data in other files only inside the data file's directory. A sample reached through an
 external link lives in another file, so it is read by HDF5, never from this file's bytes.
 
@@ -24,9 +24,7 @@ than the data.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +32,11 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..file.byte_source import read_exact
-from ..file.identity import check_identity, identity_of_fd
-from ..file.layout import inspect_layout
+from ..file.byte_source import ByteSource
+from ..file.layout import inspect_layout, stored_as_values
 from ..file.source import FileOptions, H5Source
 from ..file.types import TypeMemo
+from ..file.verify import agrees_with_hdf5
 from ..process import PerProcess
 
 __all__ = ["SampleReader"]
@@ -57,18 +55,17 @@ class _DataType:
 
 @dataclass
 class _Local:
-    """One process's descriptors and checks (see ``_io/process.py``)."""
+    """One process's files (their descriptors) and checks (see ``_io/process.py``)."""
 
-    fds: dict[int, int] = field(default_factory=dict)
+    files: dict[int, ByteSource] = field(default_factory=dict)
     trusted: dict[int, bool] = field(default_factory=dict)  # file -> raw reads match HDF5
     checked: bytearray = field(default_factory=bytearray)  # per sample: _UNCHECKED / ...
     filenos: dict[int, Any] = field(default_factory=dict)  # file -> HDF5's open-file number
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds.clear()
+        for file in self.files.values():
+            file.close()
+        self.files.clear()
 
 
 class SampleReader:
@@ -83,7 +80,6 @@ class SampleReader:
         self._sources = [
             f if isinstance(f, H5Source) else H5Source(f, FileOptions()) for f in files
         ]
-        self._paths = [s.path for s in self._sources]
         self._local: PerProcess[_Local] = PerProcess(_Local)
         self._types: TypeMemo[_DataType] = TypeMemo()
 
@@ -148,34 +144,32 @@ class SampleReader:
         trusted = self._local.get().trusted
         if file_no in trusted:
             return arr
-        expected = _hdf5_read(dsid, arr.shape, arr.dtype)
-        trusted[file_no] = expected.tobytes() == arr.tobytes()
+        agrees, expected = agrees_with_hdf5(h5py.Dataset(dsid), lambda _rows: arr)
+        trusted[file_no] = agrees
         return expected
 
     def _mapped(self, file_no: int, dsid: Any, nbytes: int) -> np.ndarray[Any, Any] | None:
-        """The sample's stored bytes, read with ``pread`` (None when not contiguous)."""
+        """The sample's stored bytes, read as one range (None when not contiguous)."""
         offset = dsid.get_offset()
         if offset is None or nbytes == 0 or dsid.get_storage_size() != nbytes:
             return None
+        file = self._file(file_no)
+        if file is None:
+            return None
         out = np.empty(nbytes, dtype=np.uint8)
-        read_exact(self._fd(file_no), out, int(offset), self._paths[file_no])
+        file.read_ranges([(int(offset), nbytes)], [out])
         return out
 
-    def _fd(self, file_no: int) -> int:
-        fds = self._local.get().fds
-        fd = fds.get(file_no)
-        if fd is None:
-            source = self._sources[file_no]
-            fd = os.open(source.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            if source.identity is not None:
-                try:  # the file the layouts were checked in, not one renamed into its place
-                    current = identity_of_fd(fd)
-                    check_identity(source.path, source.identity, current, growing=source.may_grow)
-                except OSError:
-                    os.close(fd)
-                    raise
-            fds[file_no] = fd
-        return fd
+    def _file(self, file_no: int) -> ByteSource | None:
+        files = self._local.get().files
+        file = files.get(file_no)
+        if file is None:
+            # checked against the identity the layouts were checked in, when first read
+            file = self._sources[file_no].byte_source()
+            if file is None:
+                return None
+            files[file_no] = file
+        return file
 
 
 def _plain_in_file(dsid: Any, source: H5Source, fileno: Any) -> int:
@@ -197,7 +191,7 @@ def _data_type(tid: Any) -> _DataType:
     dtype = tid.dtype
     readable = dtype.kind in _NUMERIC_KINDS and dtype.fields is None
     # raw only when HDF5's type is exactly NumPy's (no odd precision, padding or bit offset)
-    raw = dtype.kind in _RAW_KINDS and bool(tid.equal(h5py.h5t.py_create(dtype)))
+    raw = dtype.kind in _RAW_KINDS and stored_as_values(tid)
     return _DataType(dtype, readable, raw)
 
 

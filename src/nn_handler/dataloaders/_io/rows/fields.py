@@ -121,8 +121,8 @@ def open_reader(source: H5Source, key: str, *, arg: str = "key") -> Reader:
             the compound dataset lacks (the message lists its fields).
         TypeError: ``key`` names a group, selects a field of a non-compound dataset, or has an
             HDF5 type NumPy cannot represent.
-        RuntimeError: a filter of the dataset cannot be decoded here (the message names it and
-            where to get it).
+        MissingFilterError: a filter of the dataset cannot be decoded here (the message names
+            it and where to get it).
         ValueError: the dataset is a scalar.
     """
     resolved = resolve_key(source.file, key, arg=arg, where=source.path)
@@ -131,7 +131,7 @@ def open_reader(source: H5Source, key: str, *, arg: str = "key") -> Reader:
         raise KeyError(f"{arg}={key!r} not found in {source.path!r}")  # pragma: no cover
     dset = source.dataset(resolved.path, arg=arg)
     dataset_dtype(dset, arg=arg, key=key, where=source.path)
-    check_filters(dset, arg=arg, key=key, where=source.path)
+    check_filters(dset, f"{arg}={key!r} in {source.path!r}", source.path)
     if resolved.field is None:
         return RowReader(source, resolved.path, arg=arg)
     return FieldReader(source, resolved, arg=arg)

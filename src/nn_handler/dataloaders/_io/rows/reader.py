@@ -15,13 +15,13 @@ The strategy is picked once, from the dataset's layout:
   without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
   one h5py call; rows are then put back into request order.
 
-Before a strategy is picked, ``layout_check`` checks what the file says against the file
+Before a strategy is picked, ``file/layout.py`` checks what the file says against the file
 (filters installed, byte ranges inside the file, chunk sizes that fit their filters, data in
 other files only inside the data file's directory); the fast strategies (``memmap``, ``decode``)
 serve only datasets whose bytes are in this file and whose stored bytes are their values. The
-memory map is checked against h5py on the first and last row before it is trusted, and against
-the file's size and identity before each batch (a file truncated under a map would otherwise
-kill the process with SIGBUS).
+memory map (of a ``Mappable`` byte source) is checked against h5py on the first and last row
+(``file/verify.py``) before it is trusted, and against the file's size and identity before each
+batch (a file truncated under a map would otherwise kill the process with SIGBUS).
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ import numpy as np
 from ..chunks.blocks import ChunkBlocks
 from ..chunks.codec import codec_for
 from ..chunks.window import WindowBlocks, window_reader
-from ..file.byte_source import MappedFile
+from ..file.byte_source import ByteSource, Mappable, MappedFile
 from ..file.layout import Layout, inspect_layout
 from ..file.source import H5Source
+from ..file.verify import agrees_with_hdf5, probe_rows
 from ..indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from ..process import PerProcess
 
@@ -46,7 +47,6 @@ __all__ = ["RowReader"]
 
 _MAX_SLAB_BYTES = 64 * 1024**2
 _GAP_BYTES = 64 * 1024  # below this, reading the unneeded rows between two runs beats a call
-_UNALLOCATED = -1
 
 
 class RowReader:
@@ -77,7 +77,8 @@ class RowReader:
         self.chunk_rows: int | None = int(dset.chunks[0]) if dset.chunks else None
         self.row_nbytes: int = self.dtype.itemsize * math.prod(self.row_shape)
         layout = inspect_layout(dset, source, key)
-        self._mapped = _mapped_layout(dset, source, self.row_nbytes, layout)
+        self._bytes = source.byte_source()
+        self._mapped = _mapped_layout(dset, self._bytes, self.row_nbytes, layout)
         self._mapped_end = _mapped_end(self._mapped, self.length, self.row_nbytes)
         self._map: PerProcess[_MappedRows] = PerProcess()
         if self._mapped is not None and not self._memmap_agrees(dset):
@@ -312,8 +313,8 @@ class RowReader:
 
     def _map_file(self) -> _MappedRows:
         # mapped through a descriptor we keep: the mapped file is checked before each read
-        source = self.source
-        file = MappedFile(source.path, source.identity, growing=source.may_grow)
+        assert isinstance(self._bytes, Mappable)  # _mappable chose the memory map for it
+        file = self._bytes.map()
         # One byte-strided view of the whole file whose element k is the row-sized record at
         # byte k: gathering any set of row offsets is then a single fancy-index call.
         view: np.ndarray[Any, Any] = np.ndarray(
@@ -353,13 +354,9 @@ class RowReader:
         return buf
 
     def _memmap_agrees(self, dset: h5py.Dataset) -> bool:
-        probe = np.array(sorted({0, self.length - 1}), dtype=np.int64)
-        try:
-            mapped = self._gather_mapped(probe)
-        except (ValueError, IndexError):
-            return False
-        expected = dset[probe.tolist()]
-        return bool(mapped.tobytes() == np.ascontiguousarray(expected).tobytes())
+        probe = probe_rows(self.length)
+        agrees, _ = agrees_with_hdf5(dset, lambda _rows: self._gather_mapped(probe), probe)
+        return agrees
 
     def __repr__(self) -> str:
         shape = (self.length, *self.row_shape)
@@ -409,14 +406,14 @@ def _is_strictly_increasing(idx: IndexArray) -> bool:
 
 
 def _mapped_layout(
-    dset: h5py.Dataset, source: H5Source, row_nbytes: int, layout: Layout
+    dset: h5py.Dataset, file: ByteSource | None, row_nbytes: int, layout: Layout
 ) -> tuple[int, IndexArray] | None:
     """Return ``(rows_per_chunk, chunk_byte_offsets)`` for memory-mapped reads, or None.
 
     Row ``i`` starts at ``offsets[i // rows_per_chunk] + (i % rows_per_chunk) * row_nbytes``;
     contiguous data is one chunk holding every row.
     """
-    if not _mappable(dset, source, row_nbytes, layout):
+    if not _mappable(dset, file, row_nbytes, layout):
         return None
     if layout.contiguous_offset is not None:
         return int(dset.shape[0]), np.array([layout.contiguous_offset], dtype=np.int64)
@@ -425,10 +422,10 @@ def _mapped_layout(
     return None
 
 
-def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int, layout: Layout) -> bool:
+def _mappable(dset: h5py.Dataset, file: ByteSource | None, row_nbytes: int, layout: Layout) -> bool:
     return (
         layout.fast_paths_allowed
-        and source.is_path
+        and isinstance(file, Mappable)
         and dset.file.driver == "sec2"
         and not dset.is_virtual
         and not dset.dtype.hasobject
@@ -438,18 +435,7 @@ def _mappable(dset: h5py.Dataset, source: H5Source, row_nbytes: int, layout: Lay
 
 
 def _chunk_table(dset: h5py.Dataset, layout: Layout) -> tuple[int, IndexArray] | None:
-    chunks = dset.chunks
-    if tuple(chunks[1:]) != tuple(dset.shape[1:]):
-        return None  # a chunk splits rows: a row's bytes are not contiguous
+    # the layout check made every unfiltered chunk exactly one chunk of bytes inside the file
     assert layout.chunks is not None
-    rows_per_chunk = int(chunks[0])
-    count = -(-dset.shape[0] // rows_per_chunk)
-    table = np.full(count, _UNALLOCATED, dtype=np.int64)
-    # the layout check made every unfiltered chunk exactly one chunk of bytes inside the file;
-    # chunks past the length we read (a SWMR writer appending) are not ours to serve
-    first = layout.chunks.coords[:, 0]
-    keep = first < count * rows_per_chunk
-    table[first[keep] // rows_per_chunk] = layout.chunks.offsets[keep]
-    if np.any(table == _UNALLOCATED):
-        return None  # unwritten chunks read as the fill value: leave them to HDF5
-    return rows_per_chunk, table
+    blocks = layout.chunks.row_blocks(tuple(dset.shape), tuple(dset.chunks))
+    return None if blocks is None else (blocks.rows, blocks.offsets)

@@ -1,0 +1,128 @@
+"""A chunked dataset's chunk index, walked once: every written chunk's place in the file.
+
+HDF5 keeps the index (a B-tree, extensible array, …) in the file's metadata; h5py walks it with
+``chunk_iter`` (``get_chunk_info`` on older HDF5). The layout check (``layout.py``) walks it once
+per dataset, checks every entry against the file and hands the ``ChunkIndex`` on: the memory map
+and the raw-chunk table (``chunks/table.py``) are built from it, not from another walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+from h5py._objects import phil
+
+from ..errors import CorruptFileError
+
+__all__ = ["ChunkIndex", "RowBlocks", "chunk_address_base", "read_chunk_index", "visit_chunks"]
+
+
+@dataclass(frozen=True)
+class ChunkIndex:
+    """Every written chunk of a dataset: first index per axis, byte offset, size, filter mask."""
+
+    coords: np.ndarray[Any, np.dtype[np.int64]]  # (n, ndim)
+    offsets: np.ndarray[Any, np.dtype[np.int64]]
+    sizes: np.ndarray[Any, np.dtype[np.int64]]
+    masks: np.ndarray[Any, np.dtype[np.int64]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def row_blocks(self, shape: tuple[int, ...], chunks: tuple[int, ...]) -> RowBlocks | None:
+        """The chunks as blocks of rows: entry ``b`` holds rows ``[b * rows, (b + 1) * rows)``.
+
+        None when a chunk splits rows (a row's bytes are not consecutive), when there are no
+        rows, or when a chunk is not written (HDF5 serves the fill value there). Chunks past
+        ``shape[0]`` (a SWMR writer appending) are left out: they are not ours to serve.
+        """
+        if tuple(chunks[1:]) != tuple(shape[1:]) or shape[0] == 0:
+            return None
+        rows = int(chunks[0])
+        count = -(-int(shape[0]) // rows)
+        block = self.coords[:, 0] // rows
+        keep = block < count
+        offsets = np.full(count, -1, dtype=np.int64)
+        sizes = np.zeros(count, dtype=np.int64)
+        masks = np.zeros(count, dtype=np.int64)
+        offsets[block[keep]] = self.offsets[keep]
+        sizes[block[keep]] = self.sizes[keep]
+        masks[block[keep]] = self.masks[keep]
+        if np.any(offsets < 0):
+            return None
+        return RowBlocks(rows, offsets, sizes, masks)
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """Chunks that hold whole rows, one per block of ``rows`` rows (``ChunkIndex.row_blocks``)."""
+
+    rows: int
+    offsets: np.ndarray[Any, np.dtype[np.int64]]
+    sizes: np.ndarray[Any, np.dtype[np.int64]]
+    masks: np.ndarray[Any, np.dtype[np.int64]]
+
+
+def read_chunk_index(dset: h5py.Dataset, where: str) -> ChunkIndex:
+    """Walk ``dset``'s chunk index once (offsets are not checked here: see ``layout.py``).
+
+    Args:
+        dset: A chunked dataset.
+        where: The dataset and its file, for messages.
+
+    Raises:
+        CorruptFileError: the index cannot be read, or holds an address no file can have.
+    """
+    rank = len(dset.shape)
+    found: list[tuple[int, ...]] = []
+
+    def record(info: Any, address: int) -> None:
+        found.append((*info.chunk_offset, address, info.size, info.filter_mask))
+
+    try:
+        visit_chunks(dset, record)
+    except (RuntimeError, OSError, KeyError, ValueError) as exc:
+        raise CorruptFileError(
+            f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None
+        ) from exc
+    try:
+        rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
+    except (OverflowError, TypeError, ValueError) as exc:  # an address past 2**63, or none
+        raise CorruptFileError(f"{where}: its chunk index is damaged ({exc})", None) from exc
+    return ChunkIndex(rows[:, :rank], rows[:, rank], rows[:, rank + 1], rows[:, rank + 2])
+
+
+def visit_chunks(dset: h5py.Dataset, visit: Callable[[Any, int], None]) -> None:
+    """Call ``visit(info, address)`` for every written chunk of ``dset``.
+
+    ``info`` is h5py's ``StoreInfo`` (``chunk_offset``, ``filter_mask``, ``size``); ``address``
+    is the chunk's byte offset in the file, user block included (``chunk_address_base``).
+    """
+    base = chunk_address_base(dset)
+
+    def record(info: Any) -> None:
+        if info.byte_offset is not None:
+            visit(info, base + int(info.byte_offset))
+
+    with phil:  # h5py before 3.16 left some chunk queries outside its lock
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(record)
+        else:  # h5py built against HDF5 < 1.12.3
+            for i in range(dset.id.get_num_chunks()):
+                record(dset.id.get_chunk_info(i))
+
+
+def chunk_address_base(dset: h5py.Dataset) -> int:
+    """What to add to the chunk addresses HDF5 reports to get file offsets.
+
+    HDF5 before 1.14.4 reported chunk addresses (``get_chunk_info``, ``chunk_iter``) relative
+    to the end of the user block (HDFGroup/hdf5#3003, fixed by #4236); contiguous offsets
+    (``get_offset``) always included it.
+    """
+    if h5py.version.hdf5_version_tuple >= (1, 14, 4):
+        return 0
+    return int(dset.file.userblock_size)
