@@ -6,18 +6,23 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.chunks.codec import ChunkDecodeError
-from nn_handler.dataloaders._io.chunks.inflate import InflateError, inflate_into
-from nn_handler.dataloaders._io.chunks.pipeline import (
+import nn_handler.dataloaders._io.chunks.checksum as checksum_module
+import nn_handler.dataloaders._io.chunks.decoders as decoders_module
+import nn_handler.dataloaders._io.chunks.plugins as plugins_module
+from nn_handler.dataloaders._io.chunks.codecs import (
     BITSHUFFLE,
     BLOSC,
     BLOSC2,
+    DEFLATE,
     LZ4,
+    SHUFFLE,
     ZSTD,
+    ChunkDecodeError,
+    ChunkPipeline,
     pipeline_for,
     supported_filters,
-    unshuffle_into,
 )
+from nn_handler.dataloaders._io.chunks.decoders import Step, inflate_into, unshuffle_into
 from nn_handler.dataloaders._io.chunks.window import WindowBlocks
 from nn_handler.dataloaders._io.errors import CorruptFileError
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
@@ -86,10 +91,30 @@ def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
             assert r.read_range(0, 90).tobytes() == expected.tobytes(), key
 
 
-def test_supported_filters_with_hdf5plugin():
+def test_supported_filters_with_imagecodecs():
+    pytest.importorskip("imagecodecs")
     assert {BLOSC, LZ4, BITSHUFFLE, ZSTD} <= supported_filters()
     if pytest.importorskip("blosc2"):
         assert BLOSC2 in supported_filters()
+
+
+def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeypatch):
+    """A plain install: deflate by zlib, shuffle by NumPy, plugin filters left to h5py."""
+    for module in (decoders_module, plugins_module, checksum_module):
+        for name in list(vars(module)):
+            if name.startswith("_") and name.endswith(
+                ("_decode", "_codec", "_module", "_fletcher32")
+            ):
+                monkeypatch.setattr(module, name, None)
+    assert supported_filters() == {DEFLATE, SHUFFLE, 3}
+    for name in ("zstd", "lz4", "blosc-lz4", "blosc2", "bitshuffle", "bitshuffle-lz4"):
+        assert reader(codec_file, f"{name}/<f4").strategy == "chunks", name
+    with h5py.File(codec_file, "r") as f:
+        for name in ("gzip", "gzip-shuffle-fletcher"):
+            expected = f[f"{name}/<f4"][()]
+            r = reader(codec_file, f"{name}/<f4")
+            assert isinstance(r._blocks, WindowBlocks), name
+            assert r.read_range(0, 90).tobytes() == expected.tobytes(), name
 
 
 def test_unsupported_filter_keeps_h5py(tmp_path):
@@ -134,18 +159,24 @@ def test_corrupt_chunk_raises_corrupt_file_error_naming_it(tmp_path):
         r.read([17])
 
 
-def test_inflate_into_checks_length():
+@pytest.mark.parametrize("library", [True, False], ids=["imagecodecs", "zlib"])
+def test_inflate_into_checks_length(monkeypatch, library):
+    if library and decoders_module._deflate_decode is None:
+        pytest.skip("the optional 'imagecodecs' package is not installed")
+    if not library:
+        monkeypatch.setattr(decoders_module, "_deflate_decode", None)
     payload = np.arange(1000, dtype=np.uint8)
-    stream = zlib.compress(payload.tobytes())
+    stream = np.frombuffer(zlib.compress(payload.tobytes()), np.uint8)
     out = np.empty(1000, np.uint8)
-    inflate_into(stream, out)
+    assert inflate_into(stream, out).nbytes == 1000
     assert out.tobytes() == payload.tobytes()
-    with pytest.raises(InflateError, match="more than the expected 999"):
+    with pytest.raises(ChunkDecodeError, match="more than the expected 999"):
         inflate_into(stream, np.empty(999, np.uint8))
-    with pytest.raises(InflateError, match=r"1000 bytes, expected 1001|corrupt"):
-        inflate_into(stream, np.empty(1001, np.uint8))
-    with pytest.raises(InflateError):
-        inflate_into(b"not zlib", out)
+    with pytest.raises(ChunkDecodeError, match="corrupt"):
+        inflate_into(np.frombuffer(b"not zlib", np.uint8), out)
+    pipeline = ChunkPipeline((Step(DEFLATE, (), 1),), (1001,), np.dtype("u1"))
+    with pytest.raises(ChunkDecodeError, match=r"1000 bytes, expected 1001"):
+        pipeline.decode_into(stream, 0, np.empty(1001, np.uint8))
 
 
 def test_unshuffle_into_matches_hdf5_layout():

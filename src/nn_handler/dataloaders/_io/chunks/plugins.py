@@ -1,0 +1,176 @@
+"""The filters of ``hdf5plugin`` undone outside HDF5, with ``imagecodecs`` (and ``blosc2``).
+
+Each reads HDF5's framing of its codec (the plugin's own header, where it has one), checks it
+against the destination, and lets the library decode into the destination with the GIL
+released. Without the library a filter is not decodable here and h5py reads the dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import struct
+from typing import Any
+
+import numpy as np
+
+from .decoders import (
+    BITSHUFFLE,
+    BLOSC,
+    BLOSC2,
+    LZ4,
+    ZSTD,
+    Buffer,
+    ChunkDecodeError,
+    Filter,
+    Step,
+    UnsupportedChunkError,
+    call,
+    library,
+    scratch,
+)
+
+__all__ = ["PLUGINS", "decodable"]
+
+_BSHUF_NONE, _BSHUF_LZ4, _BSHUF_ZSTD = 0, 2, 3
+_BSHUF_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements; the rest is stored as is
+_BSHUF_TARGET = 8192  # bytes of bitshuffle's default block (bshuf_default_block_size)
+
+_zstd_decode = library("imagecodecs", "zstd_decode")
+_lz4_decode = library("imagecodecs", "lz4_decode")
+_lz4h5_decode = library("imagecodecs", "lz4h5_decode")
+_blosc_decode = library("imagecodecs", "blosc_decode")
+_bitshuffle_decode = library("imagecodecs", "bitshuffle_decode")
+_blosc2_module: Any = None
+with contextlib.suppress(ImportError):
+    _blosc2_module = importlib.import_module("blosc2")
+
+
+def _header(src: Buffer, name: str) -> tuple[int, int]:
+    """(decoded bytes, block bytes) from the 12-byte big-endian header of lz4 / bitshuffle."""
+    if src.nbytes < 12:
+        raise ChunkDecodeError(f"{name} chunk of {src.nbytes} bytes has no header")
+    total, block = struct.unpack_from(">QI", src.data)
+    return int(total), int(block)
+
+
+def _lz4(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    total, _ = _header(src, "lz4")
+    if total != dest.nbytes:
+        raise ChunkDecodeError(f"lz4 chunk holds {total} bytes, expected {dest.nbytes}")
+    return call("lz4", _lz4h5_decode, src, dest)
+
+
+def _bitshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    # bshuf_h5filter.c: cd_values = (major, minor, elem size, block size, compression, level)
+    values = step.values
+    elem = int(values[2]) if len(values) > 2 and values[2] else step.itemsize
+    if _bshuf_compression(step) == _BSHUF_NONE:
+        if src.nbytes != dest.nbytes or src.nbytes % elem:
+            raise ChunkDecodeError(f"bitshuffled chunk holds {src.nbytes} bytes")
+        block = int(values[3]) if len(values) > 3 else 0
+        return call(
+            "bitshuffle", _bitshuffle_decode, src.data, dest, itemsize=elem, blocksize=block
+        )
+    total, block_bytes = _header(src, "bitshuffle")
+    if total != dest.nbytes or total % elem:
+        raise ChunkDecodeError(f"bitshuffle chunk holds {total} bytes, expected {dest.nbytes}")
+    block = block_bytes // elem or max(_BSHUF_TARGET // elem // _BSHUF_MULT * _BSHUF_MULT, 128)
+    if block % _BSHUF_MULT:
+        raise ChunkDecodeError(f"bitshuffle block of {block} elements is not a multiple of 8")
+    lz4 = _bshuf_compression(step) == _BSHUF_LZ4
+    name, decompress = ("lz4", _lz4_decode) if lz4 else ("zstd", _zstd_decode)
+    count, pos, done = total // elem, 12, 0
+    tail = count % block - count % block % _BSHUF_MULT
+    tmp = scratch(block * elem, 2)
+    for n in [block] * (count // block) + ([tail] if tail else []):
+        if pos + 4 > src.nbytes:
+            raise ChunkDecodeError("bitshuffle chunk ends inside a block header")
+        (size,) = struct.unpack_from(">I", src.data, pos)
+        if size > src.nbytes - pos - 4:
+            raise ChunkDecodeError("bitshuffle block runs past the end of its chunk")
+        nbytes = n * elem
+        got = call(name, decompress, src[pos + 4 : pos + 4 + size], tmp[:nbytes])
+        if got.nbytes != nbytes:
+            raise ChunkDecodeError(f"bitshuffle block decoded to {got.nbytes} bytes, not {nbytes}")
+        part = dest[done : done + nbytes]
+        call("bitshuffle", _bitshuffle_decode, got.data, part, itemsize=elem, blocksize=n)
+        pos, done = pos + 4 + size, done + nbytes
+    rest = total - done  # the last count % 8 elements, stored as they are
+    if src.nbytes - pos < rest:
+        raise ChunkDecodeError("bitshuffle chunk is shorter than its header says")
+    dest[done:] = src[pos : pos + rest]
+    return dest
+
+
+def _bshuf_compression(step: Step) -> int:
+    return int(step.values[4]) if len(step.values) > 4 else _BSHUF_NONE
+
+
+def _blosc(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    # blosc's 16-byte header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes
+    if src.nbytes < 16:
+        raise ChunkDecodeError(f"blosc chunk of {src.nbytes} bytes has no header")
+    nbytes, _, cbytes = struct.unpack_from("<III", src.data, 4)
+    if cbytes > src.nbytes:  # blosc reads cbytes without checking them against the buffer
+        raise ChunkDecodeError(f"blosc chunk says {cbytes} bytes, holds {src.nbytes}")
+    if nbytes != dest.nbytes:
+        raise ChunkDecodeError(f"blosc chunk holds {nbytes} bytes, expected {dest.nbytes}")
+    return call("blosc", _blosc_decode, src, dest, numthreads=1)
+
+
+def _blosc2(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    # the blosc2 package, not imagecodecs: hdf5plugin writes b2nd frames, which only it reads
+    blosc2: Any = _blosc2_module
+    if blosc2 is None:  # decodable() checked it: only a broken install gets here
+        raise UnsupportedChunkError("the blosc2 package is not installed")
+    try:
+        if src[2:9].tobytes() == b"b2frame":  # a b2nd array
+            # The array reads the frame in place: keep the bytes alive while it does (a
+            # temporary freed at once made blosc2 < 4 read freed memory: garbage or an error)
+            frame = src.tobytes()
+            array = np.ascontiguousarray(blosc2.ndarray_from_cframe(frame)[...])
+            if array.nbytes != dest.nbytes:
+                raise ChunkDecodeError(
+                    f"blosc2 frame holds {array.nbytes} bytes, expected {dest.nbytes}"
+                )
+            dest[:] = array.reshape(-1).view(np.uint8)
+            return dest
+        nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(src)
+        if nbytes != dest.nbytes or cbytes > src.nbytes:
+            raise ChunkDecodeError(f"blosc2 chunk holds {nbytes} bytes, expected {dest.nbytes}")
+        blosc2.decompress2(src, dst=dest, nthreads=1)
+    except (RuntimeError, ValueError) as exc:
+        raise ChunkDecodeError(f"blosc2 chunk is corrupt: {exc}") from exc
+    return dest
+
+
+def _zstd(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    return call("zstd", _zstd_decode, src, dest)
+
+
+#: Filter id -> how to undo it, for the plugin filters.
+PLUGINS: dict[int, Filter] = {
+    ZSTD: _zstd,
+    LZ4: _lz4,
+    BITSHUFFLE: _bitshuffle,
+    BLOSC: _blosc,
+    BLOSC2: _blosc2,
+}
+
+
+def decodable(step: Step) -> bool:
+    """True when ``step`` is a plugin filter whose library is installed here."""
+    needs: dict[int, tuple[Any, ...]] = {
+        ZSTD: (_zstd_decode,),
+        LZ4: (_lz4h5_decode,),
+        BLOSC: (_blosc_decode,),
+        BLOSC2: (_blosc2_module,),
+        BITSHUFFLE: (
+            _bitshuffle_decode,
+            *{_BSHUF_NONE: (), _BSHUF_LZ4: (_lz4_decode,), _BSHUF_ZSTD: (_zstd_decode,)}.get(
+                _bshuf_compression(step), (None,)
+            ),
+        ),
+    }
+    return step.code in needs and all(fn is not None for fn in needs[step.code])
