@@ -189,3 +189,25 @@ def test_unshuffle_into_matches_hdf5_layout():
     assert out[:40].tobytes() == values.tobytes() and out[40:].tolist() == [7, 9]
     with pytest.raises(ChunkDecodeError):
         unshuffle_into(src, out[:-1], 4)
+
+
+@pytest.mark.parametrize("cname", ["none", "lz4", "zstd"])
+def test_bitshuffle_blocks_and_leftover_elements(tmp_path, cname):
+    """Chunks of several blocks, a partial last block and count % 8 elements stored as is."""
+    path = tmp_path / "bs.h5"
+    rng = np.random.default_rng(5)
+    with h5py.File(path, "w") as f:
+        for dtype in ("<f4", "<i2", ">f8", "u1"):
+            data = np.round(rng.standard_normal(12_345) * 50).astype(dtype)
+            kw = dict(hdf5plugin.Bitshuffle(cname=cname))
+            f.create_dataset(dtype, data=data, chunks=(5003,), **kw)
+    with h5py.File(path, "r") as f:
+        for dtype in ("<f4", "<i2", ">f8", "u1"):
+            dset = f[dtype]
+            pipeline = pipeline_for(dset)
+            for i in range(dset.id.get_num_chunks()):
+                offset = dset.id.get_chunk_info(i).chunk_offset
+                mask, raw = dset.id.read_direct_chunk(offset)
+                got = pipeline.decode(raw, mask)
+                expected = dset[offset[0] : offset[0] + 5003]
+                assert got[: expected.size].tobytes() == expected.tobytes(), (dtype, i)

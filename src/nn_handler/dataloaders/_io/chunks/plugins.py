@@ -78,29 +78,47 @@ def _bitshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     block = block_bytes // elem or max(_BSHUF_TARGET // elem // _BSHUF_MULT * _BSHUF_MULT, 128)
     if block % _BSHUF_MULT:
         raise ChunkDecodeError(f"bitshuffle block of {block} elements is not a multiple of 8")
+    # every block's compressed bytes, then the last count % 8 elements as they are; decompress
+    # them all into one buffer, then un-bitshuffle it in one call (the same blocks)
+    count = total // elem
+    tail = count % block - count % block % _BSHUF_MULT
+    tmp = scratch(total, 2)
+    sizes = [block * elem] * (count // block) + ([tail * elem] if tail else [])
+    end = _decompress_blocks(step, src, tmp, sizes)
+    rest = total % (_BSHUF_MULT * elem)
+    if src.nbytes - end < rest:
+        raise ChunkDecodeError("bitshuffle chunk is shorter than its header says")
+    tmp[total - rest :] = src[end : end + rest]
+    return call("bitshuffle", _bitshuffle_decode, tmp.data, dest, itemsize=elem, blocksize=block)
+
+
+def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -> int:
+    """Decompress bitshuffle's blocks (``sizes`` bytes each) one after the other into ``tmp``.
+
+    Returns:
+        Where the blocks end in ``src``.
+    """
     lz4 = _bshuf_compression(step) == _BSHUF_LZ4
     name, decompress = ("lz4", _lz4_decode) if lz4 else ("zstd", _zstd_decode)
-    count, pos, done = total // elem, 12, 0
-    tail = count % block - count % block % _BSHUF_MULT
-    tmp = scratch(block * elem, 2)
-    for n in [block] * (count // block) + ([tail] if tail else []):
-        if pos + 4 > src.nbytes:
-            raise ChunkDecodeError("bitshuffle chunk ends inside a block header")
-        (size,) = struct.unpack_from(">I", src.data, pos)
-        if size > src.nbytes - pos - 4:
-            raise ChunkDecodeError("bitshuffle block runs past the end of its chunk")
-        nbytes = n * elem
-        got = call(name, decompress, src[pos + 4 : pos + 4 + size], tmp[:nbytes])
-        if got.nbytes != nbytes:
-            raise ChunkDecodeError(f"bitshuffle block decoded to {got.nbytes} bytes, not {nbytes}")
-        part = dest[done : done + nbytes]
-        call("bitshuffle", _bitshuffle_decode, got.data, part, itemsize=elem, blocksize=n)
-        pos, done = pos + 4 + size, done + nbytes
-    rest = total - done  # the last count % 8 elements, stored as they are
-    if src.nbytes - pos < rest:
-        raise ChunkDecodeError("bitshuffle chunk is shorter than its header says")
-    dest[done:] = src[pos : pos + rest]
-    return dest
+    if decompress is None:  # pipeline_for checked it: only a broken install gets here
+        raise UnsupportedChunkError(f"no {name} decoder is installed")
+    data, pos, done = src.data, 12, 0
+    try:
+        for nbytes in sizes:
+            (size,) = struct.unpack_from(">I", data, pos)
+            end = pos + 4 + size
+            if not 0 < size <= src.nbytes - pos - 4:
+                raise ChunkDecodeError("bitshuffle block runs past the end of its chunk")
+            if len(decompress(data[pos + 4 : end], out=tmp[done : done + nbytes])) != nbytes:
+                raise ChunkDecodeError(f"bitshuffle block does not decode to {nbytes} bytes")
+            pos, done = end, done + nbytes
+    except ChunkDecodeError:
+        raise
+    except struct.error as exc:
+        raise ChunkDecodeError("bitshuffle chunk ends inside a block header") from exc
+    except (RuntimeError, ValueError, IndexError) as exc:
+        raise ChunkDecodeError(f"bitshuffle's {name} block is corrupt ({exc})") from exc
+    return pos
 
 
 def _bshuf_compression(step: Step) -> int:
