@@ -10,8 +10,8 @@
   on ``_io`` and ``_samples`` alone, never on another dataset's internals or on a public module above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
-* No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs,
-  numcodecs), never by calling into a shared library's symbols ourselves.
+* No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
+  never by calling into a shared library's symbols ourselves.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def test_supported_filters_with_imagecodecs():
 
 
 def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeypatch):
-    """A plain install: deflate by zlib, shuffle by NumPy, plugin filters left to h5py."""
+    """A plain install: deflate by zlib, Fletcher-32 by NumPy, plugin filters left to h5py."""
     for module in (decoders_module, plugins_module, checksum_module):
         for name in list(vars(module)):
             if name.startswith("_") and name.endswith(

@@ -28,15 +28,14 @@ PIPELINES = [
 SHAPE, CHUNKS = (45, 5, 6), (8, 2, 6)  # 45 rows: partial edge chunk; (2, 6): chunks split rows
 
 
-@pytest.fixture(params=["libraries", "fallbacks"])
+@pytest.fixture(params=["imagecodecs", "fallbacks"])
 def inflater(request, monkeypatch):
-    """Run a test with imagecodecs / numcodecs (when installed) and with zlib / NumPy."""
+    """Run a test with imagecodecs (when installed) and with zlib / NumPy."""
     if request.param == "fallbacks":
         monkeypatch.setattr(decoders_module, "_deflate_decode", None)
-        monkeypatch.setattr(decoders_module, "_shuffle_codec", None)
         monkeypatch.setattr(checksum_module, "_h5checksum_fletcher32", None)
-    elif decoders_module._deflate_decode is None or decoders_module._shuffle_codec is None:
-        pytest.skip("the optional 'imagecodecs' / 'numcodecs' packages are not installed")
+    elif decoders_module._deflate_decode is None:
+        pytest.skip("the optional 'imagecodecs' package is not installed")
     return request.param
 
 
@@ -303,14 +302,8 @@ def test_decode_errors(inflater):
         checked.decode(b"a\x00\x00\x00\x00")
 
 
-@pytest.mark.parametrize("library", [True, False], ids=["numcodecs", "numpy"])
-@given(raw=st.binary(max_size=64), itemsize=st.integers(1, 9))
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_unshuffle_inverts_hdf5_shuffle(monkeypatch, library, raw, itemsize):
-    if library and decoders_module._shuffle_codec is None:
-        pytest.skip("the optional 'numcodecs' package is not installed")
-    if not library:
-        monkeypatch.setattr(decoders_module, "_shuffle_codec", None)
+@given(st.binary(max_size=64), st.integers(1, 9))
+def test_unshuffle_inverts_hdf5_shuffle(raw, itemsize):
     buf = np.frombuffer(raw, np.uint8)
     count = len(raw) // itemsize
     body = count * itemsize

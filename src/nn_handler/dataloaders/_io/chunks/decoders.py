@@ -3,13 +3,13 @@
 Each decoder writes into the destination it is given and returns the part of it that it filled;
 ``ChunkPipeline`` (``codecs.py``) chains them and checks sizes. This module holds what every
 decoder shares and HDF5's built-in filters; ``plugins.py`` holds the filters of ``hdf5plugin``.
-The work is done by maintained libraries that release the GIL (``pip install
-nn-handler[fast]``), with a standard-library or NumPy fallback for HDF5's built-in filters:
+The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``), whose functions release
+the GIL, with a standard-library or NumPy fallback for HDF5's built-in filters:
 
 | filter (id) | decoded by | without the library |
 |---|---|---|
 | deflate / gzip (1) | ``imagecodecs.deflate_decode`` (libdeflate) | ``zlib``, one copy |
-| byte-shuffle (2) | ``numcodecs.Shuffle`` | NumPy, one strided copy per byte plane |
+| byte-shuffle (2) | NumPy, one strided copy per byte plane | (the same) |
 | Fletcher-32 (3) | ``imagecodecs.h5checksum_fletcher32`` | NumPy sums |
 | blosc (32001) | ``imagecodecs.blosc_decode`` | h5py |
 | lz4 (32004) | ``imagecodecs.lz4h5_decode`` (HDF5's lz4 framing) | h5py |
@@ -105,7 +105,6 @@ def library(module: str, function: str) -> Decode | None:
 
 
 _deflate_decode = library("imagecodecs", "deflate_decode")
-_shuffle_codec = library("numcodecs", "Shuffle")
 
 _local = threading.local()
 
@@ -192,12 +191,11 @@ def unshuffle_into(src: Buffer, dest: Buffer, itemsize: int) -> None:
         dest[:] = src
         return
     body = count * itemsize
-    if _shuffle_codec is not None:
-        _shuffle_codec(itemsize).decode(src[:body], out=dest[:body])
-    else:
-        planes, rows = src[:body].reshape(itemsize, count), dest[:body].reshape(count, itemsize)
-        for k in range(itemsize):  # one strided copy per byte plane
-            rows[:, k] = planes[k]
+    planes, rows = src[:body].reshape(itemsize, count), dest[:body].reshape(count, itemsize)
+    # one strided copy per byte plane: ~3x a transpose, and as fast as numcodecs.Shuffle
+    # (benchmarks/bench_codecs.py), so no library for it
+    for k in range(itemsize):
+        rows[:, k] = planes[k]
     dest[body:] = src[body:]
 
 
