@@ -35,6 +35,7 @@ __all__ = ["PLUGINS", "decodable"]
 _BSHUF_NONE, _BSHUF_LZ4, _BSHUF_ZSTD = 0, 2, 3
 _BSHUF_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements; the rest is stored as is
 _BSHUF_TARGET = 8192  # bytes of bitshuffle's default block (bshuf_default_block_size)
+_BE_U32 = struct.Struct(">I")
 
 _zstd_decode = library("imagecodecs", "zstd_decode")
 _lz4_decode = library("imagecodecs", "lz4_decode")
@@ -107,7 +108,7 @@ def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -
     # lz4h5_decode assumes of a block as long as its data: one C call unless a block is that long
     (block_bytes,) = struct.unpack_from(">I", src.data, 8)
     same_blocks = all(n == block_bytes for n in sizes[:-1]) and 0 < sizes[-1] <= block_bytes
-    raw = any(len(b) == n for b, n in zip(frame, sizes, strict=True))
+    raw = any(size == n for (_, size), n in zip(frame, sizes, strict=True))
     if lz4 and _lz4h5_decode is not None and same_blocks and not raw:
         framed = scratch(end, 3)
         framed[:] = src[:end]
@@ -118,7 +119,8 @@ def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -
         return end
     name, decompress = ("lz4", _lz4_decode) if lz4 else ("zstd", _zstd_decode)
     done = 0
-    for block, nbytes in zip(frame, sizes, strict=True):
+    for (start, size), nbytes in zip(frame, sizes, strict=True):
+        block = src[start : start + size]
         got = call(f"bitshuffle's {name}", decompress, block, tmp[done : done + nbytes])
         if got.nbytes != nbytes:
             raise ChunkDecodeError(f"bitshuffle block does not decode to {nbytes} bytes")
@@ -126,16 +128,16 @@ def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -
     return end
 
 
-def _frame(src: Buffer, sizes: list[int]) -> tuple[list[memoryview], int]:
-    """Each block's compressed bytes (after its big-endian size), and where the blocks end."""
-    data, pos, blocks = src.data, 12, []
+def _frame(src: Buffer, sizes: list[int]) -> tuple[list[tuple[int, int]], int]:
+    """(start, size) of each block's compressed bytes, and where the blocks end."""
+    data, end, pos, blocks = src.data, src.nbytes, 12, []
     for _ in sizes:
-        if pos + 4 > src.nbytes:
+        if pos + 4 > end:
             raise ChunkDecodeError("bitshuffle chunk ends inside a block header")
-        (size,) = struct.unpack_from(">I", data, pos)
-        if not 0 < size <= src.nbytes - pos - 4:
+        (size,) = _BE_U32.unpack_from(data, pos)
+        if not 0 < size <= end - pos - 4:
             raise ChunkDecodeError("bitshuffle block runs past the end of its chunk")
-        blocks.append(data[pos + 4 : pos + 4 + size])
+        blocks.append((pos + 4, size))
         pos += 4 + size
     return blocks, pos
 
