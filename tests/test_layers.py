@@ -7,7 +7,8 @@
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
-  on ``_io`` and ``_samples`` alone, never on another dataset's internals or on a public module above them.
+  on ``_io`` and ``_samples`` alone, never on another dataset's internals or on a public module
+  above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
 * No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
