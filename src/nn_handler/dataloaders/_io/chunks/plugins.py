@@ -7,7 +7,7 @@ released. Without the library a filter is not decodable here and h5py reads the 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib
 import struct
 from typing import Any
@@ -42,9 +42,15 @@ _lz4_decode = library("imagecodecs", "lz4_decode")
 _lz4h5_decode = library("imagecodecs", "lz4h5_decode")
 _blosc_decode = library("imagecodecs", "blosc_decode")
 _bitshuffle_decode = library("imagecodecs", "bitshuffle_decode")
-_blosc2_module: Any = None
-with contextlib.suppress(ImportError):
-    _blosc2_module = importlib.import_module("blosc2")
+
+
+@functools.cache
+def _blosc2_package() -> Any:
+    """The ``blosc2`` package, or None; imported on first use (it takes ~0.2 s)."""
+    try:
+        return importlib.import_module("blosc2")
+    except ImportError:
+        return None
 
 
 def _header(src: Buffer, name: str) -> tuple[int, int]:
@@ -160,7 +166,7 @@ def _blosc(step: Step, src: Buffer, dest: Buffer) -> Buffer:
 
 def _blosc2(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     # the blosc2 package, not imagecodecs: hdf5plugin writes b2nd frames, which only it reads
-    blosc2: Any = _blosc2_module
+    blosc2: Any = _blosc2_package()
     if blosc2 is None:  # decodable() checked it: only a broken install gets here
         raise UnsupportedChunkError("the blosc2 package is not installed")
     try:
@@ -200,16 +206,12 @@ PLUGINS: dict[int, Filter] = {
 
 def decodable(step: Step) -> bool:
     """True when ``step`` is a plugin filter whose library is installed here."""
-    needs: dict[int, tuple[Any, ...]] = {
-        ZSTD: (_zstd_decode,),
-        LZ4: (_lz4h5_decode,),
-        BLOSC: (_blosc_decode,),
-        BLOSC2: (_blosc2_module,),
-        BITSHUFFLE: (
-            _bitshuffle_decode,
-            *{_BSHUF_NONE: (), _BSHUF_LZ4: (_lz4_decode,), _BSHUF_ZSTD: (_zstd_decode,)}.get(
-                _bshuf_compression(step), (None,)
-            ),
-        ),
-    }
-    return step.code in needs and all(fn is not None for fn in needs[step.code])
+    if step.code == BLOSC2:
+        return _blosc2_package() is not None
+    if step.code == BITSHUFFLE:
+        compressor = {_BSHUF_NONE: True, _BSHUF_LZ4: _lz4_decode, _BSHUF_ZSTD: _zstd_decode}
+        return (
+            _bitshuffle_decode is not None and compressor.get(_bshuf_compression(step)) is not None
+        )
+    decoder = {ZSTD: _zstd_decode, LZ4: _lz4h5_decode, BLOSC: _blosc_decode}.get(step.code)
+    return decoder is not None
