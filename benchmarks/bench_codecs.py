@@ -33,7 +33,6 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-import nn_handler.dataloaders._io.chunks.checksum as checksum
 import nn_handler.dataloaders._io.chunks.decoders as decoders
 import nn_handler.dataloaders._io.chunks.plugins as plugins
 from nn_handler.bench import machine_line
@@ -76,7 +75,7 @@ def fallbacks() -> Iterator[None]:
     """The new code with imagecodecs switched off (zlib, NumPy)."""
     saved = {
         (module, name): value
-        for module in (decoders, plugins, checksum)
+        for module in (decoders, plugins)
         for name, value in vars(module).items()
         if name.startswith("_") and name.endswith(("_decode", "_fletcher32"))
     }
@@ -140,7 +139,7 @@ def steps(
         decoders.unshuffle_into(raw, out, 4)
 
     def fletcher(raw: Any, mask: int, out: Any) -> None:
-        checksum.fletcher32(raw)
+        decoders.fletcher32(raw)
 
     yield (
         "inflate",

@@ -6,7 +6,6 @@ import h5py
 import numpy as np
 import pytest
 
-import nn_handler.dataloaders._io.chunks.checksum as checksum_module
 import nn_handler.dataloaders._io.chunks.decoders as decoders_module
 import nn_handler.dataloaders._io.chunks.plugins as plugins_module
 from nn_handler.dataloaders._io.chunks.codecs import (
@@ -107,7 +106,7 @@ def test_supported_filters_with_imagecodecs():
 
 def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeypatch):
     """A plain install: deflate by zlib, Fletcher-32 by NumPy, plugin filters left to h5py."""
-    for module in (decoders_module, plugins_module, checksum_module):
+    for module in (decoders_module, plugins_module):
         for name in list(vars(module)):
             if name.startswith("_") and name.endswith(("_decode", "_fletcher32")):
                 monkeypatch.setattr(module, name, None)

@@ -9,11 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nn_handler.dataloaders._io.chunks.checksum as checksum_module
 import nn_handler.dataloaders._io.chunks.decoders as decoders_module
-from nn_handler.dataloaders._io.chunks.checksum import fletcher32, fletcher32_numpy
 from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
-from nn_handler.dataloaders._io.chunks.decoders import Step, unshuffle_into
+from nn_handler.dataloaders._io.chunks.decoders import (
+    Step,
+    fletcher32,
+    fletcher32_numpy,
+    unshuffle_into,
+)
 from nn_handler.dataloaders._io.errors import CorruptFileError
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
@@ -33,7 +36,7 @@ def inflater(request, monkeypatch):
     """Run a test with imagecodecs (when installed) and with zlib / NumPy."""
     if request.param == "fallbacks":
         monkeypatch.setattr(decoders_module, "_deflate_decode", None)
-        monkeypatch.setattr(checksum_module, "_h5checksum_fletcher32", None)
+        monkeypatch.setattr(decoders_module, "_h5checksum_fletcher32", None)
     elif decoders_module._deflate_decode is None:
         pytest.skip("the optional 'imagecodecs' package is not installed")
     return request.param
