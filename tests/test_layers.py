@@ -11,6 +11,8 @@
   module above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
+* No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
+  never by calling into a shared library's symbols ourselves.
 """
 
 from __future__ import annotations
@@ -111,6 +113,15 @@ def test_io_imports_no_torch():
         if _within(m, IO) and any(_within(i, "torch") for i in imports)
     )
     assert offenders == []
+
+
+def test_no_ctypes_anywhere_in_src():
+    imports = sorted(m for m, found in GRAPH.items() if any(_within(i, "ctypes") for i in found))
+    assert imports == []
+    mentions = sorted(
+        str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if "ctypes" in p.read_text()
+    )
+    assert mentions == []  # importlib.import_module("ctypes"), numpy's arr.ctypes, ...
 
 
 def test_samples_stand_on_io_only():

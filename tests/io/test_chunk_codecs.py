@@ -6,24 +6,33 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.chunks.codec import ChunkDecodeError
-from nn_handler.dataloaders._io.chunks.inflate import InflateError, inflate_into
-from nn_handler.dataloaders._io.chunks.pipeline import (
+import nn_handler.dataloaders._io.chunks.decoders as decoders_module
+import nn_handler.dataloaders._io.chunks.plugins as plugins_module
+from nn_handler.dataloaders._io.chunks.codecs import (
     BITSHUFFLE,
     BLOSC,
     BLOSC2,
+    DEFLATE,
     LZ4,
+    SHUFFLE,
     ZSTD,
+    ChunkDecodeError,
+    ChunkPipeline,
     pipeline_for,
     supported_filters,
-    unshuffle_into,
 )
+from nn_handler.dataloaders._io.chunks.decoders import Step, inflate_into, unshuffle_into
 from nn_handler.dataloaders._io.chunks.window import WindowBlocks
 from nn_handler.dataloaders._io.errors import CorruptFileError
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
+HDF5_FILTERS = ("gzip", "gzip-shuffle-fletcher")  # decoded without imagecodecs too
+needs_imagecodecs = pytest.mark.skipif(
+    decoders_module.library("imagecodecs", "zstd_decode") is None,
+    reason="the plugin filters are decoded with the optional 'imagecodecs' package",
+)
 
 
 def filters():
@@ -73,6 +82,8 @@ def reader(path, key):
 
 @pytest.mark.parametrize("name", list(filters()))
 def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
+    if name not in HDF5_FILTERS:
+        pytest.importorskip("imagecodecs")
     rng = np.random.default_rng(0)
     with h5py.File(codec_file, "r") as f:
         for dtype in ("<f4", "<i2", "u1", ">f8"):
@@ -86,10 +97,29 @@ def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
             assert r.read_range(0, 90).tobytes() == expected.tobytes(), key
 
 
-def test_supported_filters_with_hdf5plugin():
+def test_supported_filters_with_imagecodecs():
+    pytest.importorskip("imagecodecs")
     assert {BLOSC, LZ4, BITSHUFFLE, ZSTD} <= supported_filters()
     if pytest.importorskip("blosc2"):
         assert BLOSC2 in supported_filters()
+
+
+def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeypatch):
+    """A plain install: deflate by zlib, Fletcher-32 by NumPy, plugin filters left to h5py."""
+    for module in (decoders_module, plugins_module):
+        for name in list(vars(module)):
+            if name.startswith("_") and name.endswith(("_decode", "_fletcher32")):
+                monkeypatch.setattr(module, name, None)
+    monkeypatch.setattr(plugins_module, "_blosc2_package", lambda: None)
+    assert supported_filters() == {DEFLATE, SHUFFLE, 3}
+    for name in ("zstd", "lz4", "blosc-lz4", "blosc2", "bitshuffle", "bitshuffle-lz4"):
+        assert reader(codec_file, f"{name}/<f4").strategy == "chunks", name
+    with h5py.File(codec_file, "r") as f:
+        for name in ("gzip", "gzip-shuffle-fletcher"):
+            expected = f[f"{name}/<f4"][()]
+            r = reader(codec_file, f"{name}/<f4")
+            assert isinstance(r._blocks, WindowBlocks), name
+            assert r.read_range(0, 90).tobytes() == expected.tobytes(), name
 
 
 def test_unsupported_filter_keeps_h5py(tmp_path):
@@ -101,6 +131,7 @@ def test_unsupported_filter_keeps_h5py(tmp_path):
     assert reader(path, "x").strategy == "chunks"
 
 
+@needs_imagecodecs
 def test_decoded_length_is_checked(codec_file):
     with h5py.File(codec_file, "r") as f:
         for name in ("zstd", "lz4", "blosc-lz4", "bitshuffle-lz4", "gzip"):
@@ -117,6 +148,7 @@ def test_decoded_length_is_checked(codec_file):
                 pipeline.decode_into(raw, mask, np.empty(8, np.uint8))
 
 
+@needs_imagecodecs
 def test_corrupt_chunk_raises_corrupt_file_error_naming_it(tmp_path):
     path = tmp_path / "bad.h5"
     data = data_for("<f4")
@@ -134,18 +166,24 @@ def test_corrupt_chunk_raises_corrupt_file_error_naming_it(tmp_path):
         r.read([17])
 
 
-def test_inflate_into_checks_length():
+@pytest.mark.parametrize("library", [True, False], ids=["imagecodecs", "zlib"])
+def test_inflate_into_checks_length(monkeypatch, library):
+    if library and decoders_module._deflate_decode is None:
+        pytest.skip("the optional 'imagecodecs' package is not installed")
+    if not library:
+        monkeypatch.setattr(decoders_module, "_deflate_decode", None)
     payload = np.arange(1000, dtype=np.uint8)
-    stream = zlib.compress(payload.tobytes())
+    stream = np.frombuffer(zlib.compress(payload.tobytes()), np.uint8)
     out = np.empty(1000, np.uint8)
-    inflate_into(stream, out)
+    assert inflate_into(stream, out).nbytes == 1000
     assert out.tobytes() == payload.tobytes()
-    with pytest.raises(InflateError, match="more than the expected 999"):
+    with pytest.raises(ChunkDecodeError, match="more than the expected 999"):
         inflate_into(stream, np.empty(999, np.uint8))
-    with pytest.raises(InflateError, match=r"1000 bytes, expected 1001|corrupt"):
-        inflate_into(stream, np.empty(1001, np.uint8))
-    with pytest.raises(InflateError):
-        inflate_into(b"not zlib", out)
+    with pytest.raises(ChunkDecodeError, match="corrupt"):
+        inflate_into(np.frombuffer(b"not zlib", np.uint8), out)
+    pipeline = ChunkPipeline((Step(DEFLATE, (), 1),), (1001,), np.dtype("u1"))
+    with pytest.raises(ChunkDecodeError, match=r"1000 bytes, expected 1001"):
+        pipeline.decode_into(stream, 0, np.empty(1001, np.uint8))
 
 
 def test_unshuffle_into_matches_hdf5_layout():
@@ -158,3 +196,32 @@ def test_unshuffle_into_matches_hdf5_layout():
     assert out[:40].tobytes() == values.tobytes() and out[40:].tolist() == [7, 9]
     with pytest.raises(ChunkDecodeError):
         unshuffle_into(src, out[:-1], 4)
+
+
+@needs_imagecodecs
+@pytest.mark.parametrize("one_call", [True, False], ids=["lz4h5", "per-block"])
+@pytest.mark.parametrize("cname", ["none", "lz4", "zstd"])
+def test_bitshuffle_blocks_and_leftover_elements(tmp_path, monkeypatch, cname, one_call):
+    """Chunks of several blocks, a partial last block and count % 8 elements stored as is."""
+    if not one_call:  # lz4 blocks one call each, as when a block's size equals its data's
+        monkeypatch.setattr(plugins_module, "_lz4h5_decode", None)
+    path = tmp_path / "bs.h5"
+    rng = np.random.default_rng(5)
+    chunk_rows = {"5003": 5003, "5": 5, "16": 16}  # several blocks / leftover only / one block
+    with h5py.File(path, "w") as f:
+        for dtype in ("<f4", "<i2", ">f8", "u1"):
+            data = np.round(rng.standard_normal(12_345) * 50).astype(dtype)
+            kw = dict(hdf5plugin.Bitshuffle(cname=cname))
+            for name, rows in chunk_rows.items():
+                f.create_dataset(f"{dtype}/{name}", data=data, chunks=(rows,), **kw)
+    with h5py.File(path, "r") as f:
+        for dtype in ("<f4", "<i2", ">f8", "u1"):
+            for name, rows in chunk_rows.items():
+                dset = f[f"{dtype}/{name}"]
+                pipeline = pipeline_for(dset)
+                for i in range(0, dset.id.get_num_chunks(), 97):
+                    offset = dset.id.get_chunk_info(i).chunk_offset
+                    mask, raw = dset.id.read_direct_chunk(offset)
+                    got = pipeline.decode(raw, mask)
+                    expected = dset[offset[0] : offset[0] + rows]
+                    assert got[: expected.size].tobytes() == expected.tobytes(), (dtype, name, i)

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nn_handler.dataloaders._io.chunks.codec as decode_module
-from nn_handler.dataloaders._io.chunks.codec import (
-    ChunkDecodeError,
-    codec_for,
+import nn_handler.dataloaders._io.chunks.decoders as decoders_module
+from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
+from nn_handler.dataloaders._io.chunks.decoders import (
+    Step,
     fletcher32,
-    unshuffle,
+    fletcher32_numpy,
+    unshuffle_into,
 )
 from nn_handler.dataloaders._io.errors import CorruptFileError
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
@@ -30,13 +31,14 @@ PIPELINES = [
 SHAPE, CHUNKS = (45, 5, 6), (8, 2, 6)  # 45 rows: partial edge chunk; (2, 6): chunks split rows
 
 
-@pytest.fixture(params=["libdeflate", "zlib"])
+@pytest.fixture(params=["imagecodecs", "fallbacks"])
 def inflater(request, monkeypatch):
-    """Run a test with libdeflate (when installed) and with the standard library's zlib."""
-    if request.param == "zlib":
-        monkeypatch.setattr(decode_module, "_libdeflate", None)
-    elif decode_module._libdeflate is None:
-        pytest.skip("the optional 'deflate' package is not installed")
+    """Run a test with imagecodecs (when installed) and with zlib / NumPy."""
+    if request.param == "fallbacks":
+        monkeypatch.setattr(decoders_module, "_deflate_decode", None)
+        monkeypatch.setattr(decoders_module, "_h5checksum_fletcher32", None)
+    elif decoders_module._deflate_decode is None:
+        pytest.skip("the optional 'imagecodecs' package is not installed")
     return request.param
 
 
@@ -229,10 +231,11 @@ def test_unsupported_filters_are_decoded_by_h5py(tmp_path):
         f.create_dataset("scale", data=data, chunks=(8, 3, 4), scaleoffset=2)
         f.create_dataset("blosc", data=data, chunks=(8, 3, 4), **hdf5plugin.Blosc())
         f.create_dataset("zstd", data=data, chunks=(8, 3, 4), **hdf5plugin.Zstd())
+    # blosc and zstd are decoded by imagecodecs when installed (tests/io/test_chunk_codecs.py)
+    plugins = "decode" if decoders_module.library("imagecodecs", "zstd_decode") else "chunks"
     for key in ("lzf", "scale", "blosc", "zstd"):
         r = reader(path, key)
-        # blosc and zstd are decoded by hdf5plugin's own libraries (tests/test_chunk_codecs.py)
-        assert r.strategy == ("decode" if key in ("blosc", "zstd") else "chunks"), key
+        assert r.strategy == (plugins if key in ("blosc", "zstd") else "chunks"), key
         assert r.read([39, 2, 2]).tobytes() == h5(path, key)[[39, 2, 2]].tobytes(), key
 
 
@@ -253,10 +256,10 @@ def test_codec_only_when_file_bytes_equal_memory_bytes(tmp_path):
         f.create_dataset("plain", data=np.zeros((10, 2)), chunks=(5, 2))
         f.create_dataset("contig", data=np.zeros((10, 2)))
     with h5py.File(path, "r") as f:
-        assert codec_for(f["nullterm"]) is None
-        assert codec_for(f["packed"]) is not None
-        assert codec_for(f["plain"]) is None  # no filters: memmap's job
-        assert codec_for(f["contig"]) is None
+        assert pipeline_for(f["nullterm"]) is None
+        assert pipeline_for(f["packed"]) is not None
+        assert pipeline_for(f["plain"]) is None  # no filters: memmap's job
+        assert pipeline_for(f["contig"]) is None
     assert reader(path, "nullterm").strategy == "chunks"
     for key in ("nullterm", "packed"):
         assert reader(path, key).read([9, 0]).tobytes() == h5(path, key)[[9, 0]].tobytes()
@@ -282,16 +285,21 @@ def test_fletcher32_matches_hdf5_checksums(tmp_path):
             for i in range(d.id.get_num_chunks()):
                 _, raw = d.id.read_direct_chunk(d.id.get_chunk_info(i).chunk_offset)
                 body = np.frombuffer(raw[:-4], np.uint8)
-                assert fletcher32(body) == int.from_bytes(raw[-4:], "little"), name
+                stored = int.from_bytes(raw[-4:], "little")
+                assert fletcher32(body) == fletcher32_numpy(body) == stored, name
 
 
-def test_decode_errors():
-    codec = decode_module.ChunkCodec(((1, 0),), (4,), np.dtype("<f4"))
+def test_decode_errors(inflater):
+    codec = ChunkPipeline((Step(1, (), 4),), (4,), np.dtype("<f4"))
     with pytest.raises(ChunkDecodeError, match="corrupt"):
         codec.decode(b"not a zlib stream")
     with pytest.raises(ChunkDecodeError, match="decoded to 3 bytes, expected 16"):
         codec.decode(zlib.compress(b"abc"))
-    checked = decode_module.ChunkCodec(((3, 0),), (1,), np.dtype("u1"))
+    with pytest.raises(ChunkDecodeError, match="more than the expected 16"):
+        codec.decode(zlib.compress(bytes(17)))
+    with pytest.raises(ChunkDecodeError, match=r"corrupt|truncated"):
+        codec.decode(zlib.compress(bytes(16))[:-5])
+    checked = ChunkPipeline((Step(3, (), 1),), (1,), np.dtype("u1"))
     with pytest.raises(ChunkDecodeError, match="too short"):
         checked.decode(b"ab")
     with pytest.raises(ChunkDecodeError, match="Fletcher-32"):
@@ -306,4 +314,6 @@ def test_unshuffle_inverts_hdf5_shuffle(raw, itemsize):
     shuffled = np.concatenate([buf[:body].reshape(count, itemsize).T.ravel(), buf[body:]]).astype(
         np.uint8
     )
-    assert unshuffle(shuffled, itemsize).tobytes() == raw
+    out = np.empty_like(shuffled)
+    unshuffle_into(shuffled, out, itemsize)
+    assert out.tobytes() == raw

@@ -3,7 +3,7 @@
 A *block* is one chunk's worth of rows along axis 0 (every chunk whose first index is
 ``b * chunk_rows``; more than one when chunks split rows). With a codec (gzip, shuffle,
 Fletcher-32), raw chunks come from ``read_direct_chunk`` (h5py holds its lock for the copy only)
-and are decoded by ``_decode`` in threads straight into their place: a block array, or the
+and are decoded by ``codecs`` in threads straight into their place: a block array, or the
 caller's buffer for sequential reads. Without one (other filters: lzf, blosc, zstd, …), h5py
 decodes each block in one call, under its lock.
 
@@ -32,7 +32,7 @@ from ..errors import CorruptFileError
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
-from .codec import ChunkCodec, ChunkDecodeError
+from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
 from .pool import run_parallel
 from .table import chunk_info_at, read_direct_chunk
 
@@ -109,7 +109,7 @@ class ChunkBlocks:
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
-        codec: ChunkCodec | None,
+        codec: ChunkPipeline | None,
         key: str = "",
     ) -> None:
         self.source = source
@@ -228,6 +228,8 @@ class ChunkBlocks:
                 raise self._corrupt(offset, exc) from exc
             try:
                 chunk = codec.decode(raw, mask)
+            except UnsupportedChunkError:
+                return task  # a filter variant we do not decode: h5py reads it
             except ChunkDecodeError as exc:
                 raise self._corrupt(offset, exc) from exc
             dest[...] = chunk[tuple(slice(0, n) for n in dest.shape)]

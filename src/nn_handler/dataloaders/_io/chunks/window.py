@@ -5,7 +5,7 @@ inflate 31 %, the per-block copy loop that assembles a batch 20 %, copying each 
 ``bytearray`` into its block 15 %, and waiting on h5py's lock for raw chunks. This reader:
 
 * reads raw chunks with ``pread`` from the chunk table (``_raw_chunks``): no h5py, no lock;
-* decodes them (``_chunk_codecs``: gzip, shuffle, Fletcher-32, blosc, lz4, bitshuffle, zstd,
+* decodes them (``codecs``: gzip, shuffle, Fletcher-32, blosc, lz4, bitshuffle, zstd,
   blosc2) in the decode pool straight into a *slot* of one preallocated array, the window;
 * serves a batch with a single ``np.take`` from that array (row ``r`` of the chunk in slot
   ``s`` is row ``s * chunk_rows + r``), instead of one copy per chunk;
@@ -36,8 +36,7 @@ from ..errors import CorruptFileError
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
-from .codec import DEFLATE, ChunkDecodeError, inflate_head
-from .pipeline import ChunkPipeline, UnsupportedChunkError, pipeline_for
+from .codecs import DEFLATE, ChunkDecodeError, ChunkPipeline, UnsupportedChunkError, pipeline_for
 from .pool import decode_threads, run_parallel, submit
 from .table import ChunkTable, read_direct_chunk
 
@@ -229,10 +228,11 @@ class WindowBlocks:
         raw, mask = (None, 1) if not self._plain_deflate else self.table.read(block)
         if raw is not None and mask == 0:
             try:
-                head = inflate_head(raw, rows * (self.block_nbytes // self.block_rows))
-                return head.view(self.dtype).reshape(rows, *self.row_shape)
+                head = self.codec.decode_head(raw, rows * (self.block_nbytes // self.block_rows))
             except ChunkDecodeError:
-                pass  # corrupt: the window path decodes it whole and names the chunk
+                head = None  # corrupt: the window path decodes it whole and names the chunk
+            if head is not None:
+                return head.view(self.dtype).reshape(rows, *self.row_shape)
         first = block * self.block_rows
         idx = np.arange(first, first + rows, dtype=np.int64)
         return self.read(dset, idx, np.empty((rows, *self.row_shape), self.dtype))
@@ -463,7 +463,7 @@ class WindowBlocks:
 def window_reader(dset: h5py.Dataset, source: H5Source) -> WindowBlocks | None:
     """A ``WindowBlocks`` for ``dset``, or None (the caller keeps its other readers).
 
-    Needs chunks that hold whole rows, in a file on disk, with filters ``_chunk_codecs`` decodes.
+    Needs chunks that hold whole rows, in a file on disk, with filters ``codecs`` decodes.
     """
     if not source.is_path or dset.file.driver != "sec2" or dset.chunks is None:
         return None

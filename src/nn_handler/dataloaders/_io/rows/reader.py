@@ -7,7 +7,7 @@ The strategy is picked once, from the dataset's layout:
   HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
 * ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
   Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
-  outside the HDF5 lock (``_blocks``, ``_decode``); decoded chunks are kept in an LRU bounded by
+  outside the HDF5 lock (``blocks``, ``codecs``); decoded chunks are kept in an LRU bounded by
   ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
 * ``chunks``: other chunked data (lzf, blosc, zstd, … or unfiltered chunks that split rows):
   h5py decodes each needed block of chunks in one call, kept in the same LRU.
@@ -34,7 +34,7 @@ import h5py
 import numpy as np
 
 from ..chunks.blocks import ChunkBlocks
-from ..chunks.codec import codec_for
+from ..chunks.codecs import pipeline_for
 from ..chunks.window import WindowBlocks, window_reader
 from ..file.byte_source import ByteSource, Mappable, MappedFile
 from ..file.layout import Layout, inspect_layout
@@ -389,7 +389,7 @@ def _block_reader(
         return None
     chunks = tuple(int(c) for c in dset.chunks)
     shape = tuple(int(s) for s in dset.shape)
-    codec = codec_for(dset) if layout.fast_paths_allowed else None
+    codec = pipeline_for(dset) if layout.fast_paths_allowed else None
     return ChunkBlocks(source, shape, dset.dtype, chunks, codec, key=dset.name)
 
 

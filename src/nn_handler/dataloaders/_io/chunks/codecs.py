@@ -1,0 +1,224 @@
+"""Undo a dataset's whole filter pipeline outside HDF5: one raw chunk into its decoded bytes.
+
+h5py runs every HDF5 call under one global lock, so threads cannot decompress in parallel
+through it. The raw (still filtered) bytes of a chunk come out quickly (``pread`` or
+``read_direct_chunk``); ``ChunkPipeline.decode_into(raw, filter_mask, out)`` then undoes the
+filters (``decoders.py``: libraries that release the GIL) straight into ``out``, a slot of the
+decoded-chunk window or the caller's batch, so a thread pool decodes chunks in parallel.
+
+``pipeline_for`` is the one guard: a pipeline only when every filter is one we decode here
+(any order, any repetition; a per-chunk ``filter_mask`` skips filters) and the file's bytes are
+the values; otherwise None, and h5py decodes. Every step checks that it produced exactly the
+bytes expected and raises ``ChunkDecodeError`` otherwise: the reader reports the chunk as
+corrupt (``CorruptFileError``) rather than hand it to HDF5, whose filters may return
+uninitialised memory for a short stream. A stream nested in another compressor is inflated into
+a bound a little above one chunk: a forged stream that would inflate to gigabytes costs one
+chunk of memory. Only ``UnsupportedChunkError`` (a variant we do not decode) falls back to h5py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .decoders import (
+    BITSHUFFLE,
+    BLOSC,
+    BLOSC2,
+    BUILTIN,
+    DEFLATE,
+    FLETCHER32,
+    LZ4,
+    SHUFFLE,
+    ZSTD,
+    Buffer,
+    ChunkDecodeError,
+    Step,
+    UnsupportedChunkError,
+    inflate_head,
+    scratch,
+    strip_checksum,
+)
+from .plugins import PLUGINS
+from .plugins import decodable as _plugin_decodable
+
+__all__ = [
+    "BITSHUFFLE",
+    "BLOSC",
+    "BLOSC2",
+    "DEFLATE",
+    "FLETCHER32",
+    "LZ4",
+    "SHUFFLE",
+    "ZSTD",
+    "ChunkDecodeError",
+    "ChunkPipeline",
+    "UnsupportedChunkError",
+    "pipeline_for",
+    "supported_filters",
+]
+
+_CHECKSUM = 4
+_SIZE_KEEPING = frozenset({SHUFFLE, FLETCHER32})  # steps whose output size is fixed by the chunk
+_KNOWN = (DEFLATE, SHUFFLE, FLETCHER32, BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2)
+_UNDO = {**BUILTIN, **PLUGINS}  # every step but Fletcher-32 (``strip_checksum``)
+
+
+@dataclass(frozen=True)
+class ChunkPipeline:
+    """How to undo one dataset's filters (see the module docstring).
+
+    Attributes:
+        steps: The filters in pipeline (write) order.
+        chunk_shape: Shape of one chunk.
+        dtype: The dataset's dtype (its in-memory bytes equal the file's).
+    """
+
+    steps: tuple[Step, ...]
+    chunk_shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    _by_mask: dict[int, tuple[Step, ...]] = field(default_factory=dict, compare=False)
+
+    @cached_property
+    def chunk_nbytes(self) -> int:
+        """Bytes of one decoded chunk."""
+        return math.prod(self.chunk_shape) * self.dtype.itemsize
+
+    def decode_into(self, raw: Buffer, filter_mask: int, out: Buffer) -> None:
+        """Decode ``raw`` (uint8) into ``out`` (uint8, exactly ``chunk_nbytes``).
+
+        Raises:
+            ChunkDecodeError: the chunk does not decode to exactly ``chunk_nbytes`` bytes, a
+                checksum does not match, or a stream is corrupt.
+        """
+        if out.nbytes != self.chunk_nbytes:
+            raise ValueError(f"out holds {out.nbytes} bytes, a chunk {self.chunk_nbytes}")
+        active = self._active(filter_mask)
+        current, in_out = raw, False
+        for k in reversed(range(len(active))):
+            step = active[k]
+            size = self._undone_nbytes(active[:k], step, current)
+            if step.code == FLETCHER32:
+                current, in_out = strip_checksum(current), False
+                if size is not None and current.nbytes + _CHECKSUM != size:
+                    raise ChunkDecodeError(
+                        f"chunk holds {current.nbytes + _CHECKSUM} bytes, expected {size} with "
+                        "its sum"
+                    )
+                continue
+            dest = out if k == 0 else scratch(self._bound if size is None else size, k % 2)
+            current, in_out = _UNDO[step.code](step, current, dest), dest is out
+            if size is not None and current.nbytes != size:
+                raise ChunkDecodeError(f"chunk decoded to {current.nbytes} bytes, expected {size}")
+        if current.nbytes != out.nbytes:
+            raise ChunkDecodeError(
+                f"chunk decoded to {current.nbytes} bytes, expected {out.nbytes}"
+            )
+        if not in_out:  # no filter left to write into ``out`` (masks, checksum last)
+            out[:] = current
+
+    def decode(self, raw: Any, filter_mask: int = 0) -> np.ndarray[Any, Any]:
+        """Return one chunk (bytes-like ``raw``) as a new array of ``chunk_shape``.
+
+        Raises:
+            ChunkDecodeError: as ``decode_into``.
+        """
+        out = np.empty(self.chunk_shape, self.dtype)
+        self.decode_into(_bytes_of(raw), filter_mask, out.reshape(-1).view(np.uint8))
+        return out
+
+    def decode_head(
+        self, raw: Any, nbytes: int, filter_mask: int = 0
+    ) -> np.ndarray[Any, Any] | None:
+        """Return the first ``nbytes`` decoded bytes (uint8), inflating only that far.
+
+        None when the pipeline is not plain deflate (byte-shuffle, checksums and the other
+        compressors need the whole chunk): the caller decodes the chunk instead.
+
+        Raises:
+            ChunkDecodeError: the stream is corrupt or shorter than ``nbytes``.
+        """
+        if filter_mask or tuple(step.code for step in self.steps) != (DEFLATE,):
+            return None
+        return inflate_head(raw, nbytes)
+
+    @cached_property
+    def _bound(self) -> int:
+        """Bytes a stream nested inside another compressor may inflate to.
+
+        That is the chunk, its checksums, and the few bytes per block that a nested deflate
+        stream adds.
+        """
+        sums = sum(step.code == FLETCHER32 for step in self.steps)
+        slack = self.chunk_nbytes // 64 + 64 * len(self.steps)
+        return self.chunk_nbytes + _CHECKSUM * sums + slack
+
+    def _undone_nbytes(self, inner: tuple[Step, ...], step: Step, data: Buffer) -> int | None:
+        """Bytes ``step`` must turn ``data`` into (Fletcher-32: the bytes it must be given).
+
+        Below only size-keeping steps, that is one chunk plus the inner checksums; over
+        compressed bytes (a pipeline that shuffles or sums after compressing) a shuffle keeps
+        the stream's size, a sum checks whatever is there and an inflate is bounded (None).
+        """
+        if all(s.code in _SIZE_KEEPING for s in inner):
+            sums = sum(s.code == FLETCHER32 for s in inner)
+            return self.chunk_nbytes + _CHECKSUM * (sums + (step.code == FLETCHER32))
+        if step.code in (FLETCHER32, DEFLATE):
+            return None
+        if step.code == SHUFFLE:
+            return int(data.nbytes)
+        raise UnsupportedChunkError("a chunk compressed twice: its inner size is not recorded")
+
+    def _active(self, mask: int) -> tuple[Step, ...]:
+        found = self._by_mask.get(mask)
+        if found is None:
+            found = tuple(s for i, s in enumerate(self.steps) if not mask >> i & 1)
+            self._by_mask[mask] = found
+        return found
+
+
+def _bytes_of(raw: Any) -> Buffer:
+    return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
+
+
+def supported_filters() -> set[int]:
+    """Filter ids decoded here in this environment (with their default parameters)."""
+    return {code for code in _KNOWN if _decodable(Step(code, (), 1))}
+
+
+def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
+    """The pipeline for a chunked dataset whose every filter we decode, else None (h5py must).
+
+    Requires a chunked, non-virtual dataset with at least one filter, each one decoded here,
+    and a file datatype whose bytes equal h5py's in-memory type (so no HDF5 type conversion
+    would change them).
+    """
+    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
+        return None
+    plist = dset.id.get_create_plist()
+    itemsize = dset.dtype.itemsize
+    steps = tuple(
+        Step(int(code), tuple(int(v) for v in values), itemsize)
+        for code, _, values, _ in (plist.get_filter(i) for i in range(plist.get_nfilters()))
+    )
+    if not steps or not all(_decodable(step) for step in steps):
+        return None
+    if itemsize == 0 or not _same_type(dset):
+        return None
+    return ChunkPipeline(steps, tuple(int(c) for c in dset.chunks), dset.dtype)
+
+
+def _decodable(step: Step) -> bool:
+    return step.code in (DEFLATE, SHUFFLE, FLETCHER32) or _plugin_decodable(step)
+
+
+def _same_type(dset: h5py.Dataset) -> bool:
+    try:
+        return bool(dset.id.get_type().equal(h5py.h5t.py_create(dset.dtype)))
+    except (TypeError, ValueError):
+        return False

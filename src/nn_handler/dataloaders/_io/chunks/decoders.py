@@ -1,0 +1,257 @@
+"""HDF5's filters undone one at a time, from a raw buffer into a caller's buffer.
+
+Each decoder writes into the destination it is given and returns the part of it that it filled;
+``ChunkPipeline`` (``codecs.py``) chains them and checks sizes. This module holds what every
+decoder shares and HDF5's built-in filters; ``plugins.py`` holds the filters of ``hdf5plugin``.
+The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``), whose functions release
+the GIL, with a standard-library or NumPy fallback for HDF5's built-in filters:
+
+| filter (id) | decoded by | without the library |
+|---|---|---|
+| deflate / gzip (1) | ``imagecodecs.deflate_decode`` (libdeflate) | ``zlib``, one copy |
+| byte-shuffle (2) | NumPy, one strided copy per byte plane | (the same) |
+| Fletcher-32 (3) | ``imagecodecs.h5checksum_fletcher32`` | NumPy sums |
+| blosc (32001) | ``imagecodecs.blosc_decode`` | h5py |
+| lz4 (32004) | ``imagecodecs.lz4h5_decode`` (HDF5's lz4 framing) | h5py |
+| bitshuffle (32008) | ``bitshuffle_decode``, each block after ``lz4`` / ``zstd`` | h5py |
+| zstd (32015) | ``imagecodecs.zstd_decode`` | h5py |
+| blosc2 (32026) | the ``blosc2`` package (chunks and b2nd frames) | h5py |
+
+A stream that is corrupt, or that does not fit its destination, raises ``ChunkDecodeError``; a
+variant we do not decode raises ``UnsupportedChunkError`` (the reader lets h5py decode it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BITSHUFFLE",
+    "BLOSC",
+    "BLOSC2",
+    "BUILTIN",
+    "DEFLATE",
+    "FLETCHER32",
+    "LZ4",
+    "SHUFFLE",
+    "ZSTD",
+    "Buffer",
+    "ChunkDecodeError",
+    "Decode",
+    "Filter",
+    "Step",
+    "UnsupportedChunkError",
+    "call",
+    "fletcher32",
+    "fletcher32_numpy",
+    "inflate_head",
+    "inflate_into",
+    "library",
+    "scratch",
+    "strip_checksum",
+    "unshuffle_into",
+]
+
+DEFLATE, SHUFFLE, FLETCHER32 = 1, 2, 3
+BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2 = 32001, 32004, 32008, 32015, 32026
+_CHECKSUM = 4
+_MOD = 65535  # Fletcher-32 sums are kept modulo 2**16 - 1
+
+Buffer = np.ndarray[Any, Any]  # 1-d, uint8, C-contiguous
+Decode = Callable[..., Any]  # a library's decode function
+
+
+class ChunkDecodeError(ValueError):
+    """A raw chunk could not be decoded here (bad checksum, wrong size, corrupt stream)."""
+
+
+class UnsupportedChunkError(ChunkDecodeError):
+    """A chunk in a variant of its filter that we do not decode (h5py's filter may)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One filter of a dataset's pipeline.
+
+    Attributes:
+        code: The HDF5 filter id.
+        values: The filter's ``cd_values`` as the file stores them.
+        itemsize: The dataset's element size (the default of byte-shuffle and bitshuffle).
+    """
+
+    code: int
+    values: tuple[int, ...]
+    itemsize: int
+
+
+#: Undoes one step: (step, source, destination) -> the part of the destination it filled.
+Filter = Callable[[Step, Buffer, Buffer], Buffer]
+
+
+def library(module: str, function: str) -> Decode | None:
+    """``module.function`` when the module imports and has it (older versions may not)."""
+    try:
+        found: Decode | None = getattr(importlib.import_module(module), function, None)
+    except ImportError:
+        return None
+    return found
+
+
+_deflate_decode = library("imagecodecs", "deflate_decode")
+_h5checksum_fletcher32 = library("imagecodecs", "h5checksum_fletcher32")  # HDF5's own C code
+
+_local = threading.local()
+
+
+def scratch(size: int, which: int) -> Buffer:
+    """A reused per-thread buffer of ``size`` bytes (``which`` tells a caller's apart)."""
+    key = f"scratch{which}"
+    buf: Buffer | None = getattr(_local, key, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, 1), dtype=np.uint8)
+        setattr(_local, key, buf)
+    return buf[:size]
+
+
+def call(name: str, decode: Decode | None, src: Any, dest: Buffer, **kw: Any) -> Buffer:
+    """Run a library decoder into ``dest``; its errors become ``ChunkDecodeError``."""
+    if decode is None:  # pipeline_for checked it: only a broken install gets here
+        raise UnsupportedChunkError(f"no {name} decoder is installed")
+    if len(src) == 0:
+        raise ChunkDecodeError(f"{name} chunk is empty")
+    try:
+        filled = decode(src, out=dest, **kw)
+    except (RuntimeError, ValueError, IndexError) as exc:
+        raise ChunkDecodeError(f"{name} chunk is corrupt ({exc})") from exc
+    return dest[: len(filled)]
+
+
+# -- HDF5's own filters ----------------------------------------------------------------------
+
+
+def inflate_into(src: Buffer, dest: Buffer) -> Buffer:
+    """Inflate the zlib stream ``src`` into ``dest``; return the part it filled.
+
+    Never writes past ``dest``, whatever the stream says.
+
+    Raises:
+        ChunkDecodeError: the stream is corrupt, truncated, or inflates past ``dest``.
+    """
+    if _deflate_decode is not None and src.nbytes:
+        try:
+            filled = _deflate_decode(src, out=dest)  # libdeflate checks the end and Adler-32
+            return dest[: len(filled)]
+        except (RuntimeError, ValueError):
+            pass  # corrupt, or longer than dest: zlib says which, in words
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(src.data, dest.nbytes + 1)
+    except zlib.error as exc:
+        raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
+    if len(data) > dest.nbytes:
+        raise ChunkDecodeError(
+            f"deflate stream inflates to more than the expected {dest.nbytes} bytes"
+        )
+    if not inflater.eof:
+        raise ChunkDecodeError("deflate stream is truncated (it ends before its end marker)")
+    dest[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return dest[: len(data)]
+
+
+def inflate_head(raw: Any, nbytes: int) -> Buffer:
+    """The first ``nbytes`` bytes (uint8) a zlib stream inflates to, inflating only that far.
+
+    Raises:
+        ChunkDecodeError: the stream is corrupt or inflates to fewer than ``nbytes`` bytes.
+    """
+    try:
+        head = zlib.decompressobj().decompress(raw, nbytes)
+    except zlib.error as exc:
+        raise ChunkDecodeError(f"deflate stream is corrupt: {exc}") from exc
+    if len(head) != nbytes:
+        raise ChunkDecodeError(f"chunk decoded to {len(head)} bytes, expected {nbytes}")
+    return np.frombuffer(head, dtype=np.uint8)
+
+
+def unshuffle_into(src: Buffer, dest: Buffer, itemsize: int) -> None:
+    """Undo HDF5's byte-shuffle of ``src`` into ``dest`` (same length, both uint8).
+
+    Bytes past the last whole element stay in place, as in HDF5's filter.
+    """
+    if src.nbytes != dest.nbytes:
+        raise ChunkDecodeError(f"shuffled chunk holds {src.nbytes} bytes, expected {dest.nbytes}")
+    count = src.size // itemsize if itemsize > 1 else 0
+    if count < 2:
+        dest[:] = src
+        return
+    body = count * itemsize
+    planes, rows = src[:body].reshape(itemsize, count), dest[:body].reshape(count, itemsize)
+    # one strided copy per byte plane: ~3x a transpose, and no slower than numcodecs.Shuffle
+    # (benchmarks/bench_codecs.py), so no library for it
+    for k in range(itemsize):
+        rows[:, k] = planes[k]
+    dest[body:] = src[body:]
+
+
+def fletcher32(buf: np.ndarray[Any, Any]) -> int:
+    """HDF5's Fletcher-32 checksum of ``buf`` (uint8): imagecodecs (HDF5's C code), else NumPy."""
+    if _h5checksum_fletcher32 is not None and buf.size:
+        return int(_h5checksum_fletcher32(buf))
+    return fletcher32_numpy(buf)
+
+
+def fletcher32_numpy(buf: np.ndarray[Any, Any]) -> int:
+    """HDF5's Fletcher-32 checksum of ``buf`` (uint8), with NumPy.
+
+    HDF5 sums big-endian 16-bit words (an odd last byte is the high byte of a last word) and
+    reduces lazily, so a non-zero sum congruent to 0 is stored as 65535: the result is
+    ``1 + (sum - 1) % 65535`` for each positive sum and 0 only for all-zero data.
+    """
+    data = buf if buf.size % 2 == 0 else np.append(buf, np.uint8(0))
+    words = data.view(">u2").astype(np.uint64)
+    if words.size == 0 or not words.any():
+        return 0
+    weights = np.arange(words.size, 0, -1, dtype=np.uint64) % _MOD  # word i counts size-i times
+    low = int(words.sum())
+    high = int((words * weights).sum(dtype=np.uint64))
+    return ((1 + (high - 1) % _MOD) << 16) | (1 + (low - 1) % _MOD)
+
+
+def strip_checksum(buf: Buffer) -> Buffer:
+    """``buf`` without its trailing Fletcher-32 sum, once the sum matches.
+
+    Raises:
+        ChunkDecodeError: the buffer is too short to hold a sum, or the sum does not match.
+    """
+    if buf.size < _CHECKSUM:
+        raise ChunkDecodeError(f"chunk of {buf.size} bytes is too short for a Fletcher-32 sum")
+    body = buf[:-_CHECKSUM]
+    stored = int.from_bytes(buf[-_CHECKSUM:].tobytes(), "little")
+    computed = fletcher32(body)
+    # HDF5 before 1.6.3 stored the sum with the bytes of each half swapped; it accepts both
+    swapped = bytearray(computed.to_bytes(4, sys.byteorder))
+    swapped[0::2], swapped[1::2] = swapped[1::2], swapped[0::2]
+    if stored not in (computed, int.from_bytes(bytes(swapped), sys.byteorder)):
+        raise ChunkDecodeError("data error detected by Fletcher-32 checksum")
+    return body
+
+
+def _inflate(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    return inflate_into(src, dest)
+
+
+def _unshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    unshuffle_into(src, dest, int(step.values[0]) if step.values else step.itemsize)
+    return dest
+
+
+#: Filter id -> how to undo it, for the filters built into HDF5 (Fletcher-32: ``strip_checksum``).
+BUILTIN: dict[int, Filter] = {DEFLATE: _inflate, SHUFFLE: _unshuffle}
