@@ -26,6 +26,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..file.layout import stored_as_values
 from .decoders import (
     BITSHUFFLE,
     BLOSC,
@@ -208,17 +209,10 @@ def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
     )
     if not steps or not all(_decodable(step) for step in steps):
         return None
-    if itemsize == 0 or not _same_type(dset):
+    if itemsize == 0 or not stored_as_values(dset):
         return None
     return ChunkPipeline(steps, tuple(int(c) for c in dset.chunks), dset.dtype)
 
 
 def _decodable(step: Step) -> bool:
     return step.code in (DEFLATE, SHUFFLE, FLETCHER32) or _plugin_decodable(step)
-
-
-def _same_type(dset: h5py.Dataset) -> bool:
-    try:
-        return bool(dset.id.get_type().equal(h5py.h5t.py_create(dset.dtype)))
-    except (TypeError, ValueError):
-        return False
