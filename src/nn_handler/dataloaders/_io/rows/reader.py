@@ -33,9 +33,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..chunks.blocks import ChunkBlocks
-from ..chunks.codec import codec_for
-from ..chunks.window import WindowBlocks, window_reader
+from ..chunks.engine import ChunkEngine, chunk_engine
 from ..file.byte_source import MappedFile
 from ..file.layout import Layout, inspect_layout
 from ..file.source import H5Source
@@ -91,17 +89,17 @@ class RowReader:
             return "memmap"
         if self._blocks is None:
             return "slabs"
-        return "decode" if self._blocks.codec is not None else "chunks"
+        return "decode" if self._blocks.decodes else "chunks"
 
     @property
     def readahead_rows(self) -> int:
         """Rows worth announcing ahead of reads (``prefetch``): a planned window, else 0."""
-        return self._blocks.readahead_rows if isinstance(self._blocks, WindowBlocks) else 0
+        return 0 if self._blocks is None else self._blocks.readahead_rows
 
     def prefetch(self, indices: Any) -> None:
         """Start decoding the chunks rows ``indices`` need, in the background (or do nothing)."""
-        if isinstance(self._blocks, WindowBlocks):
-            self._blocks.prefetch(as_index_array(indices, self.length))
+        if self._blocks is not None and self._blocks.releases_gil:
+            self._blocks.prefetch(self._dataset(), as_index_array(indices, self.length))
 
     @property
     def releases_gil(self) -> bool:
@@ -110,7 +108,7 @@ class RowReader:
         Memory-map gathers, and chunks read by ``pread`` and decoded in the pool: threads then
         read in parallel.
         """
-        return self._mapped is not None or isinstance(self._blocks, WindowBlocks)
+        return self._mapped is not None or (self._blocks is not None and self._blocks.releases_gil)
 
     @property
     def nbytes(self) -> int:
@@ -200,11 +198,9 @@ class RowReader:
         bad = [c for c in chunks if not 0 <= c < count]
         if bad:
             raise IndexError(f"chunk {bad[0]} is out of range for {count} chunks of {self.key!r}")
-        if isinstance(self._blocks, ChunkBlocks):
-            return self._blocks.blocks(self._dataset(), list(chunks))
         bounds = [(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
-        if isinstance(self._blocks, WindowBlocks) and bounds:
-            # one batch read: the window decodes each chunk once, in parallel, and keeps it
+        if self._blocks is not None and bounds:
+            # one batch read: the engine decodes each chunk once, in parallel, and keeps it
             whole = self.read(np.concatenate([np.arange(lo, hi) for lo, hi in bounds]))
             cuts = np.cumsum([hi - lo for lo, hi in bounds])[:-1]
             return list(np.split(whole, cuts))
@@ -237,7 +233,7 @@ class RowReader:
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
-        if isinstance(self._blocks, WindowBlocks):
+        if self._blocks is not None:
             chunks = self.window_cache_nbytes(block_rows, blocks) // self._blocks.block_nbytes
             self._blocks.plan_window(max(1, chunks))
 
@@ -377,23 +373,10 @@ class _MappedRows:
     view: np.ndarray[Any, Any]
 
 
-def _block_reader(
-    dset: h5py.Dataset, source: H5Source, layout: Layout
-) -> ChunkBlocks | WindowBlocks | None:
-    """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
-    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
-        return None
+def _block_reader(dset: h5py.Dataset, source: H5Source, layout: Layout) -> ChunkEngine | None:
+    """Whole-chunk reads through the chunk engine, for chunked data of fixed-size rows."""
     # raw chunks are decoded by us only from this file, and only when the bytes are the values
-    if layout.fast_paths_allowed:
-        window = window_reader(dset, source)  # raw chunks by pread, one gather per batch
-        if window is not None:
-            return window
-    if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
-        return None
-    chunks = tuple(int(c) for c in dset.chunks)
-    shape = tuple(int(s) for s in dset.shape)
-    codec = codec_for(dset) if layout.fast_paths_allowed else None
-    return ChunkBlocks(source, shape, dset.dtype, chunks, codec, key=dset.name)
+    return chunk_engine(dset, source, decode=layout.fast_paths_allowed)
 
 
 def _mapped_end(mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: int) -> int:
