@@ -168,3 +168,30 @@ def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
     np.testing.assert_array_equal(r.read([3, 9, 13]), data[[3, 9, 13]])
     assert len(calls) == 3  # blocks 0, 1, then 2: each read once
     np.testing.assert_array_equal(r.read_range(5, 40), data[5:40])
+
+
+@pytest.mark.parametrize("budget", [0, 3 * 8 * ROW_BYTES, 10**6])
+def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget):
+    """Chunks that split rows, chunks never written, file objects: our decode, h5py's bytes."""
+    import h5py
+
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    data = images(203)
+    path = tmp_path / "raw.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("split", data=data, chunks=(8, 2, 3), compression="gzip", shuffle=True)
+        f.create_dataset("blosc", data=data, chunks=(8, 3, 3), **hdf5plugin.Blosc())
+        holes = f.create_dataset("holes", (203, 3, 4), "f4", chunks=(8, 3, 4), compression="gzip")
+        holes[16:40] = data[16:40]
+    with h5py.File(path, "r") as f:
+        expected = {key: f[key][()] for key in ("split", "blosc", "holes")}
+    rng = np.random.default_rng(3)
+    with open(path, "rb") as handle:
+        for file in (path, handle):
+            for key, values in expected.items():
+                r = RowReader(H5Source(file, FileOptions(rdcc_nbytes=budget)), key)
+                assert r.strategy == "decode" and not r.releases_gil, key
+                idx = rng.integers(0, 203, 90)
+                assert r.read(idx).tobytes() == values[idx].tobytes(), key
+                assert r.read_range(3, 203).tobytes() == values[3:].tobytes(), key
+                assert r.read_chunk_head(2, 5).tobytes() == values[16:21].tobytes(), key

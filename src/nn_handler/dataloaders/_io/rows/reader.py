@@ -5,12 +5,13 @@ The strategy is picked once, from the dataset's layout:
 * ``memmap``: contiguous and unfiltered data, or chunked unfiltered data whose chunks hold whole
   rows. Rows are gathered straight from a read-only memory map of the file at the byte offsets
   HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
-* ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
-  Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
-  outside the HDF5 lock (``_blocks``, ``_decode``); decoded chunks are kept in an LRU bounded by
-  ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
-* ``chunks``: other chunked data (lzf, blosc, zstd, … or unfiltered chunks that split rows):
-  h5py decodes each needed block of chunks in one call, kept in the same LRU.
+* ``decode``: chunked data whose every filter the codec pipeline decodes (gzip, shuffle,
+  Fletcher-32, blosc, lz4, bitshuffle, zstd, blosc2). Each needed chunk is read raw (``pread``
+  from the chunk table, else ``read_direct_chunk``) and decoded in a per-process thread pool
+  outside the HDF5 lock, into the chunk engine's window of decoded chunks (``chunks/engine.py``),
+  bounded by ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
+* ``chunks``: other chunked data (lzf, scale-offset, … or unfiltered chunks that split rows):
+  h5py decodes each needed block of chunks in one call, kept in the same window.
 * ``slabs``: everything else (compact, virtual, external, variable-length data, file objects
   without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
   one h5py call; rows are then put back into request order.
