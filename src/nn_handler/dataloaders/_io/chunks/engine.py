@@ -13,7 +13,7 @@ of 786 KB then holds ~100 MB, not the full budget. A batch wider than the window
 parts. Without a window (no budget), or with one row per chunk (large images), blocks are
 filled straight into the batch or into scratch and nothing is kept. Sequential reads
 (``read_range``) fill whole blocks straight into the caller's buffer and keep only the blocks
-at its two edges.
+at its two edges (when h5py decodes, it reads the whole range in one call).
 
 When blocks are read outside the GIL (``BlockSource.releases_gil``), ``prefetch`` fills the
 blocks of the next rows in the pool ahead of need; a read of them waits instead of decoding
@@ -55,9 +55,8 @@ class ChunkEngine:
         self.file = file
         self.source = source
         self.geometry: Geometry = source.geometry
-        geometry = self.geometry
         self.window_blocks: int | None = None
-        self._window: PerProcess[Window] = PerProcess(functools.partial(Window, geometry))
+        self._window: PerProcess[Window] = PerProcess(functools.partial(Window, self.geometry))
 
     @property
     def decodes(self) -> bool:
