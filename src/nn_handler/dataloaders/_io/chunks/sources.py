@@ -105,7 +105,8 @@ class BlockSource(Protocol):
     def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
         """Write block ``block``'s rows into ``dest`` (C-contiguous, ``block_rows`` rows).
 
-        Rows past the end of the dataset (a short last block) are left as they are.
+        Rows past the end of the dataset (a short last block) are never served; a source may
+        leave them as they are or write the chunk's padding there.
 
         Raises:
             CorruptFileError: the chunk is damaged (names the file, dataset and chunk).
