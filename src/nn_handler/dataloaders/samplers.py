@@ -325,10 +325,20 @@ class _EpochSampler(DistributedSampler[int]):
 
 
 def _upgrade_state(state: dict[str, Any], elastic: bool) -> dict[str, Any]:
-    """A state of an earlier version (with ``rank``, without ``phases``) in today's keys."""
-    if elastic and "rank" in state and STATE_PHASES not in state:
+    """Older states in today's keys, for a splitting (``elastic``) sampler.
+
+    A state of an earlier version (with ``rank``, without ``phases``) drops ``rank``; an
+    ``EpochShuffleSampler`` state over the whole data (``num_samples == data_len``: the
+    handler's train sampler on one process before version 2) is a world of one.
+    """
+    if not elastic or STATE_PHASES in state:
+        return state
+    if "rank" in state:
         state = {name: value for name, value in state.items() if name != "rank"}
-        state[STATE_PHASES] = []
+        return {**state, STATE_PHASES: []}
+    if "num_samples" in state and state["num_samples"] == state.get("data_len"):
+        state = {name: value for name, value in state.items() if name != "num_samples"}
+        return {**state, "world_size": 1, STATE_PHASES: []}
     return state
 
 

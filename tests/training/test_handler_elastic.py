@@ -1,0 +1,79 @@
+"""Elastic resume through NNHandler: a mid-epoch checkpoint of 2 processes goes on on 3, then 1."""
+
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+
+from nn_handler import NNHandler
+from nn_handler.dataloaders import H5LazyDataset
+
+from helpers.ddp import run_ddp
+from helpers.handler import Recorder, TinyNet, accuracy, write_blobs
+
+pytestmark = pytest.mark.slow
+
+N = 91  # uneven for 2 and 3 processes
+BATCH = 4
+
+
+def _phase(path, checkpoint, epochs, max_steps):
+    """One run of the job: load the checkpoint if there is one, train, save."""
+    torch.manual_seed(0)
+    recorder = Recorder()
+    handler = NNHandler(
+        TinyNet, use_distributed=True, batch_fn=recorder, progress=False, log_fn=None
+    )
+    handler.set_optimizer(torch.optim.SGD, lr=0.05)
+    handler.set_loss_fn(nn.CrossEntropyLoss())
+    handler.set_metrics({"acc": accuracy})
+    handler.set_train_loader(H5LazyDataset(path, "x", "y"), batch_size=BATCH)
+    if checkpoint.exists():
+        handler.load(checkpoint)
+    seen = []
+    for epoch in range(handler.epoch, epochs):
+        start = len(recorder.seen)
+        handler.train(epoch + 1, max_steps=max_steps)
+        seen.append((epoch, recorder.seen[start:]))
+    handler.save(checkpoint)
+    return {
+        "seen": seen,
+        "steps": handler.global_step,
+        "history": handler.history,
+        "params": [p.detach().clone() for p in handler.model.parameters()],
+    }
+
+
+def test_mid_epoch_checkpoint_resumes_on_three_then_one_process(tmp_path):
+    path = write_blobs(tmp_path / "train.h5", N)
+    checkpoint = tmp_path / "ck.pt"
+    # 2 processes: 3 steps of 2 x 4 samples; 3 processes: 2 more steps of 3 x 4; 1: the rest
+    first = run_ddp(_phase, 2, tmp_path / "a", path, checkpoint, 1, 3)
+    second = run_ddp(_phase, 3, tmp_path / "b", path, checkpoint, 1, 5)
+    third = run_ddp(_phase, 1, tmp_path / "c", path, checkpoint, 2, None)
+    for results in (first, second):  # DDP kept every rank's model the same
+        for other in results[1:]:
+            pairs = zip(results[0]["params"], other["params"], strict=True)
+            assert all(torch.equal(a, b) for a, b in pairs)
+    trained = [i for r in first + second for _, s in r["seen"] for i in s]
+    epoch0 = trained + dict(third[0]["seen"])[0]
+    assert [len(s) for r in first for _, s in r["seen"]] == [12, 12]
+    assert [len(s) for r in second for _, s in r["seen"]] == [8, 8, 8]
+    assert set(epoch0) == set(range(N)) and len(epoch0) == N  # every sample exactly once
+    assert sorted(dict(third[0]["seen"])[1]) == list(range(N))  # the next epoch is whole
+    assert third[0]["steps"] == 5 + -(-(N - 48) // BATCH) + -(-N // BATCH)
+    # the epoch's record counts every sample trained, on whichever world
+    assert [int(h["epoch"]) for h in third[0]["history"]] == [0, 1]
+
+
+def test_three_to_two_pads_at_most_world_minus_one(tmp_path):
+    """91 = 3 x 30 + 1: after 2 steps on 3, 67 are left for 2 processes: one pad."""
+    path = write_blobs(tmp_path / "train.h5", N)
+    checkpoint = tmp_path / "ck.pt"
+    first = run_ddp(_phase, 3, tmp_path / "a", path, checkpoint, 1, 2)
+    second = run_ddp(_phase, 2, tmp_path / "b", path, checkpoint, 1, None)
+    counts = Counter(i for r in first + second for _, s in r["seen"] for i in s)
+    assert set(counts) == set(range(N))
+    assert sum(counts.values()) - N == 1  # 67 left: 34 per rank, one repeat
+    assert [len(s) for r in second for _, s in r["seen"]] == [34, 34]
