@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders import ChunkShuffleSampler, DistributedEpochSampler
+from nn_handler.dataloaders import ChunkShuffleSampler, DistributedEpochSampler, ShardEpochSampler
+from nn_handler.dataloaders.shard_sampler import shard_rows
+from nn_handler.distributed import World
 
 
 def _distributed(n, world, rank, even, seed, workers):
@@ -171,3 +173,41 @@ def test_chunk_locality_survives_a_resume():
 def _blocks_per_batch(order, block, batch):
     return float(np.mean([np.unique(order[i : i + batch] // block).size
                           for i in range(0, len(order), batch)]))  # fmt: skip
+
+
+@given(
+    n=st.integers(0, 120),
+    phases=phases_st,
+    mode=st.sampled_from(["contiguous", "interleave"]),
+    seed=st.integers(0, 2**32),
+)
+@settings(max_examples=80, deadline=None)
+def test_rank_shards_reshard_and_train_every_row_once(n, phases, mode, seed):
+    """Rank-sharded data: each world trains the untrained rows of its own shards, equal steps."""
+    trained, state = [], None
+    for i, (world, fraction, _) in enumerate(phases):
+        if n < world:  # RankMemCachedH5Dataset refuses empty shards with equal_steps="pad"
+            world = max(1, n)
+        last = i == len(phases) - 1
+        samplers = [ShardEpochSampler(n, World(r, world), mode, seed=seed) for r in range(world)]
+        orders = []
+        for sampler in samplers:
+            if state is not None:
+                sampler.load_state_dict(dict(state))
+            sampler.set_epoch(1)
+            offset = sampler.state_dict()["consumed"]
+            rows = shard_rows(n, sampler.shard_of, mode)
+            orders.append([rows[p] for p in sampler])
+        assert len({len(o) for o in orders}) == 1  # equal steps
+        take = len(orders[0]) if last else int(fraction * len(orders[0]))
+        for order in orders:
+            trained += order[:take]
+        state = {**samplers[i % world].state_dict(), "consumed": offset + take}
+    assert set(trained) == set(range(n))  # every row; repeats only as pads
+
+
+def test_rank_shard_state_is_small_and_rank_free():
+    sampler = ShardEpochSampler(10**9, World(3, 8))
+    state = sampler.state_dict()
+    assert set(state) == {"seed", "epoch", "consumed", "total", "mode", "world_size", "phases"}
+    assert len(repr(state)) < 200

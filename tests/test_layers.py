@@ -35,6 +35,7 @@ SAMPLERS = (
     "nn_handler.dataloaders.samplers",
     "nn_handler.dataloaders.chunk_sampler",
     "nn_handler.dataloaders._elastic",
+    "nn_handler.dataloaders.shard_sampler",
 )
 INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler.dataloaders._io"

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from nn_handler import NNHandler
-from nn_handler.dataloaders import H5LazyDataset
+from nn_handler.dataloaders import H5LazyDataset, RankMemCachedH5Dataset
 
 from helpers.ddp import run_ddp
 from helpers.handler import Recorder, TinyNet, accuracy, write_blobs
@@ -18,7 +18,13 @@ N = 91  # uneven for 2 and 3 processes
 BATCH = 4
 
 
-def _phase(path, checkpoint, epochs, max_steps):
+def _dataset(kind, path):
+    if kind == "cached":  # built for this run's world: its shards are re-cut for it
+        return RankMemCachedH5Dataset(path, "x", "y", log_fn=lambda line: None)
+    return H5LazyDataset(path, "x", "y")
+
+
+def _phase(path, checkpoint, epochs, max_steps, kind="lazy"):
     """One run of the job: load the checkpoint if there is one, train, save."""
     torch.manual_seed(0)
     recorder = Recorder()
@@ -28,7 +34,7 @@ def _phase(path, checkpoint, epochs, max_steps):
     handler.set_optimizer(torch.optim.SGD, lr=0.05)
     handler.set_loss_fn(nn.CrossEntropyLoss())
     handler.set_metrics({"acc": accuracy})
-    handler.set_train_loader(H5LazyDataset(path, "x", "y"), batch_size=BATCH)
+    handler.set_train_loader(_dataset(kind, path), batch_size=BATCH, pin_memory=False)
     if checkpoint.exists():
         handler.load(checkpoint)
     seen = []
@@ -77,3 +83,21 @@ def test_three_to_two_pads_at_most_world_minus_one(tmp_path):
     assert set(counts) == set(range(N))
     assert sum(counts.values()) - N == 1  # 67 left: 34 per rank, one repeat
     assert [len(s) for r in second for _, s in r["seen"]] == [34, 34]
+
+
+def test_rank_cached_shards_reshard_on_three_then_one_process(tmp_path):
+    """Each world caches its own shards and trains their untrained rows, equal steps."""
+    path = write_blobs(tmp_path / "train.h5", N)
+    checkpoint = tmp_path / "ck.pt"
+    first = run_ddp(_phase, 2, tmp_path / "a", path, checkpoint, 1, 3, "cached")
+    second = run_ddp(_phase, 3, tmp_path / "b", path, checkpoint, 1, 5, "cached")
+    third = run_ddp(_phase, 1, tmp_path / "c", path, checkpoint, 2, None, "cached")
+    assert [len(s) for r in first for _, s in r["seen"]] == [12, 12]
+    assert [len(s) for r in second for _, s in r["seen"]] == [8, 8, 8]
+    epoch0 = [i for r in first + second for _, s in r["seen"] for i in s]
+    epoch0 += dict(third[0]["seen"])[0]
+    counts = Counter(epoch0)
+    assert set(counts) == set(range(N))  # every row of the file
+    # repeats only as pads of the 3-process phase (ranks' rests differ by a few rows)
+    assert sum(counts.values()) - N <= 6
+    assert sorted(dict(third[0]["seen"])[1]) == list(range(N))  # the next epoch is whole

@@ -260,6 +260,10 @@ class _EpochSampler(DistributedSampler[int]):
     def _state_value(self, name: str) -> Any:
         return getattr(self, name)
 
+    def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` in today's keys when an earlier version wrote it."""
+        return _upgrade_state(state, bool(self._state_split))
+
     def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
         """The options of a phase split as ``split`` (the ``_state_split`` values) records."""
         return ()
@@ -277,7 +281,7 @@ class _EpochSampler(DistributedSampler[int]):
             KeyError / ValueError: keys are missing or unknown, or the sizes differ from this
                 sampler's (the state belongs to another dataset).
         """
-        state = _upgrade_state(state, bool(self._state_split))
+        state = self._upgrade(state)
         expected = {STATE_SEED, STATE_EPOCH, STATE_CONSUMED, *self._state_sizes}
         if self._state_split:
             expected |= {*self._state_split, STATE_PHASES}
@@ -371,7 +375,7 @@ class EpochShuffleSampler(_EpochSampler):
             when accelerate's ``prepare()`` would split a rank-sharded dataset again.
     """
 
-    _state_sizes = ("data_len", "num_samples")
+    _state_sizes: tuple[str, ...] = ("data_len", "num_samples")
 
     def __init__(
         self,
