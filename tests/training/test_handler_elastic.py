@@ -7,7 +7,12 @@ import torch
 from torch import nn
 
 from nn_handler import NNHandler
-from nn_handler.dataloaders import H5LazyDataset, RankMemCachedH5Dataset
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    H5LazyDataset,
+    RankMemCachedH5Dataset,
+    batched_loader,
+)
 
 from helpers.ddp import run_ddp
 from helpers.handler import Recorder, TinyNet, accuracy, write_blobs
@@ -24,7 +29,16 @@ def _dataset(kind, path):
     return H5LazyDataset(path, "x", "y")
 
 
-def _phase(path, checkpoint, epochs, max_steps, kind="lazy"):
+def _chunk_loader(path, workers):
+    """``batched_loader`` + ``ChunkShuffleSampler`` (the sampler detects the world)."""
+    dataset = H5LazyDataset(path, "x", "y")
+    sampler = ChunkShuffleSampler(
+        dataset, seed=7, window_chunks=2, batch_size=BATCH, num_workers=workers
+    )
+    return batched_loader(dataset, BATCH, sampler=sampler, num_workers=workers)
+
+
+def _phase(path, checkpoint, epochs, max_steps, kind="lazy", workers=0):
     """One run of the job: load the checkpoint if there is one, train, save."""
     torch.manual_seed(0)
     recorder = Recorder()
@@ -34,7 +48,10 @@ def _phase(path, checkpoint, epochs, max_steps, kind="lazy"):
     handler.set_optimizer(torch.optim.SGD, lr=0.05)
     handler.set_loss_fn(nn.CrossEntropyLoss())
     handler.set_metrics({"acc": accuracy})
-    handler.set_train_loader(_dataset(kind, path), batch_size=BATCH, pin_memory=False)
+    if kind == "chunk":
+        handler.set_train_loader(_chunk_loader(path, workers))
+    else:
+        handler.set_train_loader(_dataset(kind, path), batch_size=BATCH, pin_memory=False)
     if checkpoint.exists():
         handler.load(checkpoint)
     seen = []
@@ -101,3 +118,18 @@ def test_rank_cached_shards_reshard_on_three_then_one_process(tmp_path):
     # repeats only as pads of the 3-process phase (ranks' rests differ by a few rows)
     assert sum(counts.values()) - N <= 6
     assert sorted(dict(third[0]["seen"])[1]) == list(range(N))  # the next epoch is whole
+
+
+def test_chunk_sampler_over_gzip_resumes_on_three_then_one_with_other_workers(tmp_path):
+    """``batched_loader`` + ``ChunkShuffleSampler``; DataLoader workers 2 -> 0 -> 2."""
+    path = write_blobs(tmp_path / "train.h5", N, chunks=(8, 9), compression="gzip")
+    checkpoint = tmp_path / "ck.pt"
+    first = run_ddp(_phase, 2, tmp_path / "a", path, checkpoint, 1, 3, "chunk", 2)
+    second = run_ddp(_phase, 3, tmp_path / "b", path, checkpoint, 1, 5, "chunk", 0)
+    third = run_ddp(_phase, 1, tmp_path / "c", path, checkpoint, 2, None, "chunk", 2)
+    assert [len(s) for r in first for _, s in r["seen"]] == [12, 12]
+    assert [len(s) for r in second for _, s in r["seen"]] == [8, 8, 8]
+    epoch0 = [i for r in first + second for _, s in r["seen"] for i in s]
+    epoch0 += dict(third[0]["seen"])[0]
+    assert sorted(epoch0) == list(range(N))  # every sample exactly once (no pad on 1 process)
+    assert sorted(dict(third[0]["seen"])[1]) == list(range(N))
