@@ -4,6 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -211,3 +212,36 @@ def test_rank_shard_state_is_small_and_rank_free():
     state = sampler.state_dict()
     assert set(state) == {"seed", "epoch", "consumed", "total", "mode", "world_size", "phases"}
     assert len(repr(state)) < 200
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")  # torchdata's import, not ours
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_stateful_dataloader_resumes_on_another_world(kind):
+    """torchdata's ``StatefulDataLoader``: a state of rank 0 of 2 loads on every rank of 3."""
+    from torch.utils.data import TensorDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    n, batch = 53, 4
+    data = TensorDataset(torch.arange(n))
+    make = MAKERS[kind]
+
+    def loader(world, rank):
+        sampler = make(n, world, rank, "pad", 5, 0)
+        sampler.set_epoch(1)
+        return StatefulDataLoader(data, batch_size=batch, sampler=sampler)
+
+    trained = []
+    firsts = [loader(2, rank) for rank in range(2)]
+    for first in firsts:
+        for i, (rows,) in enumerate(first):
+            trained += rows.tolist()
+            if i == 2:
+                break
+    state = firsts[0].state_dict()
+    for rank in range(3):
+        second = loader(3, rank)
+        second.load_state_dict(state)
+        trained += [row for (rows,) in second for row in rows.tolist()]
+    counts = Counter(trained)
+    assert set(counts) == set(range(n))
+    assert sum(counts.values()) - n <= 2  # the pad of the 3-rank rest
