@@ -183,7 +183,9 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         mine = np.arange(lo, lo + count, dtype=np.int64)
         if self.shuffle and count:
             rng = self._rng(1 + rank, phase)
-            if phase == 0 and self.block_starts is None:
+            if self.block_starts is None:
+                # windows of a fixed number of rows stay aligned with batches after a resume
+                # too (a window then spans at most two more blocks than window_chunks)
                 assert self.block_size is not None
                 mine = window_shuffle(mine, self.window_chunks * self.block_size, rng)
             else:
