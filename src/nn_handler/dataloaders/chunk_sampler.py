@@ -17,7 +17,10 @@ Distributed: every rank builds the same block order and takes one contiguous par
 rank reads its own chunks, with at most two shared at the borders); parts have equal lengths
 (``even="pad"`` repeats a few samples, ``"drop"`` leaves a few out), then each rank shuffles its
 part within windows with its own generator. The order is a pure function of
-``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. Under accelerate's
+``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. The block order does
+not depend on the world: a state loaded on another world size (or another ``batch_size`` /
+``num_workers``) resumes elastically, the new ranks taking contiguous parts of what the saving
+world left, in block order (see ``_elastic``). Under accelerate's
 ``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
 for one process and accelerate deals its batches out (see ``samplers``).
 

@@ -509,10 +509,16 @@ class EpochShuffleSampler(_EpochSampler):
 class DistributedEpochSampler(_EpochSampler):
     """Splits one global dataset across ranks: disjoint parts, equal counts, new order per epoch.
 
-    Each epoch draws one global permutation (the same on every rank), makes its length a
-    multiple of ``world_size`` (``even="pad"`` repeats samples from its start, ``"drop"`` cuts
-    the tail), and gives rank ``r`` the positions ``r, r + world_size, …``. Every rank yields
-    the same number of indices, so DDP ranks run the same number of steps.
+    Each epoch draws one global permutation (the same on every rank and every world size),
+    makes its length a multiple of ``world_size`` (``even="pad"`` repeats samples from its
+    start, ``"drop"`` cuts the tail), and gives rank ``r`` the positions ``r, r + world_size,
+    …``: one sample of each global step of ``world_size``. Every rank yields the same number of
+    indices, so DDP ranks run the same number of steps.
+
+    The state holds no rank: a state saved on any rank loads on every rank. Loaded on another
+    ``world_size``, it resumes elastically: the rest of the epoch (every position no saving
+    rank consumed, in the permutation's order) is split among the new ranks the same way,
+    padded or cut by fewer than ``world_size`` (see ``_elastic`` and docs/samplers.md).
 
     Args:
         data_len: Samples in the global dataset.
