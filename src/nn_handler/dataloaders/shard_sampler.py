@@ -88,6 +88,7 @@ class ShardEpochSampler(EpochShuffleSampler):
         count = steps_per_rank(self.total, world.world_size, own, self.equal_steps)
         super().__init__(own, seed, shuffle, num_samples=count, shard_of=world)
         self._left_cache: tuple[Any, npt.NDArray[np.bool_]] | None = None
+        self._order_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
     def _state_value(self, name: str) -> Any:
         if name == "world_size":
@@ -172,7 +173,13 @@ class ShardEpochSampler(EpochShuffleSampler):
             return super()._order()
         assert self.shard_of is not None
         world = self.shard_of
-        return self._local_order(self._untrained(), len(self._phases), world.world_size, world.rank)
+        # cached: len() needs it too (a checkpoint asks for it at every save)
+        key = (self.seed, self.epoch, tuple(self._phases))
+        if self._order_cache is None or self._order_cache[0] != key:
+            left = self._untrained()
+            order = self._local_order(left, len(self._phases), world.world_size, world.rank)
+            self._order_cache = (key, order)
+        return self._order_cache[1]
 
     def __len__(self) -> int:
         if not self._phases:
