@@ -20,7 +20,16 @@ Several machines: run on each of the ``N`` nodes (``NODE_RANK`` 0 … N-1; ``HOS
     torchrun --nnodes N --node_rank NODE_RANK --nproc_per_node GPUS_PER_NODE \
         --master_addr HOST0 --master_port 29500 examples/ddp_train.py --data /shared/blobs.h5
 
-Options: ``--samples 4000 --epochs 3 --batch-size 64 --workers 1 --checkpoint PATH``.
+Elastic: under torchrun's elastic agent the job restarts with the members that are left; with
+``--checkpoint`` the script resumes from the checkpoint when it exists, whatever number of
+processes saved it (the rest of the epoch is split among the new ones)::
+
+    torchrun --nnodes 1:2 --nproc_per_node 2 --max-restarts 3 --rdzv_backend c10d \
+        --rdzv_endpoint HOST0:29400 --rdzv_id job42 examples/ddp_train.py \
+        --data /shared/blobs.h5 --checkpoint /shared/run.pt --checkpoint-every-steps 50
+
+Options: ``--samples 4000 --epochs 3 --batch-size 64 --workers 1 --checkpoint PATH
+--checkpoint-every-steps N``.
 """
 
 from __future__ import annotations
@@ -98,7 +107,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--checkpoint", help="save a checkpoint here after every epoch")
+    parser.add_argument(
+        "--checkpoint", help="save a checkpoint here after every epoch; resume from it if present"
+    )
+    parser.add_argument(
+        "--checkpoint-every-steps", type=int, help="also save every N steps (with --checkpoint)"
+    )
     parser.add_argument("--data", help="HDF5 file readable at this path on every node")
     parser.add_argument("--make-data", metavar="PATH", help="write the synthetic set and exit")
     args = parser.parse_args()
@@ -119,7 +133,13 @@ def main() -> None:
     handler.set_optimizer(torch.optim.Adam, lr=3e-3)
     handler.set_loss_fn(nn.CrossEntropyLoss())
     handler.set_metrics({"acc": accuracy})
-    handler.train(args.epochs, checkpoint_path=args.checkpoint)
+    if args.checkpoint and os.path.isfile(args.checkpoint):
+        handler.load(args.checkpoint)  # saved by any number of processes (elastic restarts)
+    handler.train(
+        args.epochs,
+        checkpoint_path=args.checkpoint,
+        checkpoint_every_steps=args.checkpoint_every_steps if args.checkpoint else None,
+    )
     result = handler.evaluate()
     if handler.world.is_main:
         print(

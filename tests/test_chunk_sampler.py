@@ -97,10 +97,10 @@ def test_state_belongs_to_its_sizes():
         "data_len": 100,
         "block_size": 8,
         "window_chunks": 3,
-        "rank": 0,
         "world_size": 1,
         "batch_size": None,
         "num_workers": 0,
+        "phases": [],
     }
     other = ChunkShuffleSampler(100, block_size=16, window_chunks=3)
     with pytest.raises(ValueError, match="saved with block_size=8 but this sampler has"):

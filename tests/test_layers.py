@@ -31,7 +31,12 @@ TOOLS = (
     "nn_handler.cli",
     "nn_handler.bench",
 )
-SAMPLERS = ("nn_handler.dataloaders.samplers", "nn_handler.dataloaders.chunk_sampler")
+SAMPLERS = (
+    "nn_handler.dataloaders.samplers",
+    "nn_handler.dataloaders.chunk_sampler",
+    "nn_handler.dataloaders._samplers",
+    "nn_handler.dataloaders.shard_sampler",
+)
 INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler.dataloaders._io"
 SAMPLES = "nn_handler.dataloaders._samples"

@@ -190,8 +190,10 @@ def test_distributed_sampler_new_epoch_new_order_and_resume():
     s.set_epoch(1)
     assert list(s) != first
     check_resume(lambda: DistributedEpochSampler(50, rank=1, world_size=3, seed=2))
-    with pytest.raises(ValueError, match="saved with rank=1 but this sampler has rank=0"):
-        DistributedEpochSampler(50, rank=0, world_size=3).load_state_dict(s.state_dict())
+    # a state is the same on every rank (global progress): rank 0 loads what rank 1 saved
+    DistributedEpochSampler(50, rank=0, world_size=3).load_state_dict(s.state_dict())
+    with pytest.raises(ValueError, match="saved with data_len=50 but this sampler has"):
+        DistributedEpochSampler(51, rank=0, world_size=3).load_state_dict(s.state_dict())
 
 
 def test_distributed_sampler_detects_world_from_env(monkeypatch):

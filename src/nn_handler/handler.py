@@ -317,11 +317,16 @@ class NNHandler:
         """Restore a checkpoint written by ``save()``; the next ``train()`` continues from it.
 
         An optimizer or scheduler set after ``load()`` picks up its saved state when set.
-        A mid-epoch checkpoint needs the same number of processes; an epoch-end one loads
-        into any number (the RNG states are then left as they are).
+        A mid-epoch checkpoint saved by N processes resumes on M (elastic resume: every
+        sample the epoch had not trained comes once, split among the M with equal steps; the
+        RNG states of ranks that existed before are restored); with N == M the run continues
+        bit-identically. An epoch-end checkpoint loads into any number (the RNG states are then
+        left as they are).
 
         Raises:
             FileNotFoundError / ValueError: no checkpoint at ``path``, or not one of ours.
+            ValueError: a mid-epoch checkpoint of another number of processes whose sampler
+                keeps no position (e.g. ``RandomSampler``; ours all do).
             RuntimeError: the model's parameters do not match (torch lists the keys).
         """
         self._state = load_run(path, self._module, self._slots, self.world, self.device)

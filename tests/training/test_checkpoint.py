@@ -61,11 +61,31 @@ def test_rank_entry_matches_ranks_or_refuses_mid_epoch_changes():
     ranks = [{"rng": "r0", "progress": None}, {"rng": "r1", "progress": None}]
     assert rank_entry(ranks, 1, 2, "c.pt") == ranks[1]
     assert rank_entry(ranks, 2, 4, "c.pt") == {"rng": None, "progress": None}
-    ranks[0]["progress"] = {"batches": 3}
+    ranks[0]["progress"] = {"batches": 3, "sampler_state": None}
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "'c.pt' was saved mid-epoch by 2 process(es); resume it with 2 (this run has 1)"
+            "'c.pt' was saved mid-epoch by 2 process(es) with a sampler that keeps no position"
         ),
     ):
         rank_entry(ranks, 0, 1, "c.pt")
+
+
+def test_rank_entry_resumes_mid_epoch_on_another_world():
+    """2 -> 3: the sampler's global position, batches from 0, sums gathered on rank 0."""
+
+    def progress(rank):
+        sums = {"names": ["acc"], "values": [4.0, 2.0 + rank, 1.0]}
+        state = {"consumed": 8, "world_size": 2, "phases": []}
+        return {"epoch": 1, "epoch_rng": f"e{rank}", "batches": 2, "steps": 2, "elapsed": 1.0,
+                "sums": sums, "sampler_state": state}  # fmt: skip
+
+    ranks = [{"rng": f"r{r}", "progress": progress(r)} for r in range(2)]
+    entries = [rank_entry(ranks, r, 3, "c.pt") for r in range(3)]
+    assert [e["rng"] for e in entries] == ["r0", "r1", None]
+    assert all(e["progress"]["batches"] == 0 and e["progress"]["steps"] == 2 for e in entries)
+    assert all(e["progress"]["sampler_state"]["consumed"] == 8 for e in entries)
+    assert [e["progress"]["sums"]["values"] for e in entries] == [
+        [8.0, 5.0, 2.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    ]  # fmt: skip
+    assert [e["progress"]["epoch_rng"] for e in entries[:2]] == ["e0", "e1"]

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from nn_handler import NNHandler
 from nn_handler.dataloaders import (
     CombinedHDF5Dataset,
+    DistributedEpochSampler,
     EpochShuffleSampler,
     H5LazyDataset,
     h5_worker_init_fn,
@@ -148,7 +149,10 @@ def test_default_sampler_reshuffles_every_epoch_and_covers_all(blobs_path):
     recorder = Recorder()
     handler = _handler(batch_fn=recorder)
     handler.set_train_loader(H5LazyDataset(blobs_path, "x", "y"), batch_size=16)
-    assert isinstance(handler.train_loader.sampler, EpochShuffleSampler)
+    # a world of one: the order of EpochShuffleSampler, a state that resumes on any world
+    assert isinstance(handler.train_loader.sampler, DistributedEpochSampler)
+    alike = DistributedEpochSampler(240, rank=0, world_size=1)
+    assert list(alike) == list(EpochShuffleSampler(240))
     handler.train(3)
     epochs = [recorder.seen[i * 240 : (i + 1) * 240] for i in range(3)]
     assert all(sorted(e) == list(range(240)) for e in epochs)

@@ -104,18 +104,56 @@ def rank_entry(
 ) -> dict[str, Any]:
     """This rank's ``{"rng", "progress"}`` from a checkpoint saved by ``len(ranks)`` processes.
 
-    With another number of processes only an epoch-end checkpoint resumes (no per-rank
-    position to restore), and the RNG states are left as they are (``rng`` is None).
+    With the same number of processes, each rank takes its own entry. With another number, an
+    epoch-end checkpoint restores no position and leaves the RNG states as they are (``rng``
+    None); a mid-epoch one resumes elastically (``elastic_entry``).
 
     Raises:
-        ValueError: a mid-epoch checkpoint and a different number of processes.
+        ValueError: a mid-epoch checkpoint whose sampler keeps no position, and a different
+            number of processes.
     """
     if len(ranks) == world_size:
         return ranks[rank]
-    if any(entry["progress"] is not None for entry in ranks):
+    if all(entry["progress"] is None for entry in ranks):
+        return {"rng": None, "progress": None}
+    return elastic_entry(ranks, rank, path)
+
+
+def elastic_entry(ranks: list[dict[str, Any]], rank: int, path: Any) -> dict[str, Any]:
+    """Rank ``rank``'s entry of a new world resuming a mid-epoch checkpoint of ``len(ranks)``.
+
+    The epoch goes on from the sampler's global position (every saving rank stored the same
+    one); this world starts a new phase of the epoch (``batches`` 0). The running sums of all
+    saving ranks go to rank 0 (epoch means stay means over every sample trained); ranks that
+    existed before keep their RNG streams, new ranks keep theirs as they are.
+
+    Raises:
+        ValueError: the sampler keeps no position (it was fast-forwarded by skipping batches,
+            which needs the same number of processes).
+    """
+    first = ranks[0]["progress"]
+    if first is None or first.get("sampler_state") is None:
         raise ValueError(
-            f"checkpoint {str(path)!r} was saved mid-epoch by {len(ranks)} process(es); resume "
-            f"it with {len(ranks)} (this run has {world_size}), or load a checkpoint saved at "
-            "the end of an epoch"
+            f"checkpoint {str(path)!r} was saved mid-epoch by {len(ranks)} process(es) with a "
+            "sampler that keeps no position; resume it with the same number of processes, or "
+            "use one of nn_handler's samplers (the handler's default), which resume on any"
         )
-    return {"rng": None, "progress": None}
+    progress = dict(first)
+    progress["batches"] = 0
+    progress["sums"] = _merged_sums([entry["progress"]["sums"] for entry in ranks], rank)
+    own = ranks[rank] if rank < len(ranks) else None
+    if own is None:
+        progress["epoch_rng"] = capture_rng()
+    else:
+        progress["epoch_rng"] = own["progress"]["epoch_rng"]
+    return {"rng": None if own is None else own["rng"], "progress": progress}
+
+
+def _merged_sums(sums: list[dict[str, Any] | None], rank: int) -> dict[str, Any] | None:
+    """All ranks' running sums on rank 0, zeros elsewhere (their all-reduce is unchanged)."""
+    present = [s for s in sums if s is not None]
+    if not present:
+        return None
+    total = [sum(values) for values in zip(*(s["values"] for s in present), strict=True)]
+    values = total if rank == 0 else [0.0] * len(total)
+    return {"names": list(present[0]["names"]), "values": values}

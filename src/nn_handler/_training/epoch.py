@@ -80,10 +80,11 @@ def open_epoch(
 ) -> Iterator[Any]:
     """Set the epoch, restore the position, and return the loader's iterator at that position."""
     parts.set_epoch(progress.epoch)
-    if not progress.batches:
+    if not progress.batches and progress.sampler_state is None:
         return iter(loader)
     skip = 0
     state = progress.sampler_state or parts.position_state(progress.batches)
+    progress.sampler_state = None  # the sampler holds the position from here on
     if state is None:
         skip = progress.batches
         log_fn(
@@ -107,25 +108,22 @@ def open_epoch(
 
 def run_train_epoch(
     trainer: Trainer,
-    loader: DataLoader[Any],
+    iterator: Iterator[Any],
     progress: EpochProgress,
     *,
     n_batches: int | None,
     accumulate: int,
     on_step: Callable[[bool], bool],
     bar: Any,
-    log_fn: Callable[[str], None],
 ) -> bool:
-    """Train the rest of ``progress.epoch``; True when the epoch is complete.
+    """Train the rest of ``progress.epoch`` from ``iterator`` (``open_epoch``'s); True when done.
 
     ``on_step(epoch_done)`` runs after every optimizer step; returning False mid-epoch stops
     the epoch there (the position stays in ``progress`` for ``save()`` or the next
     ``train()`` call).
     """
-    parts = LoaderParts.of(loader)
     sums = progress.sums if isinstance(progress.sums, Sums) else trainer.new_sums(progress.sums)
     progress.sums = sums
-    iterator = open_epoch(loader, parts, progress, log_fn)
     trainer.model.train()
     started = time.perf_counter() - progress.elapsed
 

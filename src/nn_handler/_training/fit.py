@@ -14,7 +14,8 @@ from tqdm import tqdm
 from ..distributed import World
 from . import ddp as _ddp
 from .config import is_plateau
-from .epoch import EpochProgress, run_train_epoch
+from .epoch import EpochProgress, open_epoch, run_train_epoch
+from .loaders import LoaderParts
 from .step import Sums, Trainer
 
 Record = dict[str, float]
@@ -57,12 +58,12 @@ class Fit:
     def run(self, state: RunState) -> list[Record]:
         """Train until ``epochs`` are complete or ``max_steps`` is reached."""
         world, device = self.trainer.world, self.trainer.device
-        n_batches = agreed_batches(self.train_loader, world, device)
+        agreed_batches(self.train_loader, world, device)  # warns early about unequal ranks
         records: list[Record] = []
         while state.epoch < self.epochs and not self._reached(state):
             if state.progress is None:
                 state.progress = EpochProgress(state.epoch)
-            if not self._run_epoch(state, state.progress, n_batches):
+            if not self._run_epoch(state, state.progress):
                 break
             records.append(self._end_epoch(state, state.progress))
             if self.save is not None:
@@ -72,7 +73,14 @@ class Fit:
     def _reached(self, state: RunState) -> bool:
         return self.max_steps is not None and state.global_step >= self.max_steps
 
-    def _run_epoch(self, state: RunState, progress: EpochProgress, n_batches: int | None) -> bool:
+    def _run_epoch(self, state: RunState, progress: EpochProgress) -> bool:
+        parts = LoaderParts.of(self.train_loader)
+        iterator = open_epoch(self.train_loader, parts, progress, self.log)
+        # counted once the position is restored: the rest of an epoch resumed on another
+        # world (an elastic resume) has another length than a whole epoch
+        trainer = self.trainer
+        n_batches = agreed_batches(self.train_loader, trainer.world, trainer.device, warn=False)
+
         def on_step(epoch_done: bool) -> bool:
             state.global_step += 1
             if self.scheduler is not None and self.interval == "step":
@@ -87,8 +95,8 @@ class Fit:
             leave=False, disable=not self.show_progress, dynamic_ncols=True,
         ) as bar:  # fmt: skip
             return run_train_epoch(
-                self.trainer, self.train_loader, progress, n_batches=n_batches,
-                accumulate=self.accumulate, on_step=on_step, bar=bar, log_fn=self.log,
+                trainer, iterator, progress, n_batches=n_batches,
+                accumulate=self.accumulate, on_step=on_step, bar=bar,
             )  # fmt: skip
 
     def _end_epoch(self, state: RunState, progress: EpochProgress) -> Record:
@@ -131,7 +139,9 @@ def evaluate(trainer: Trainer, loader: DataLoader[Any], show_progress: bool) -> 
         return trainer.evaluate(loader, bar.update)
 
 
-def agreed_batches(loader: DataLoader[Any], world: World, device: torch.device) -> int | None:
+def agreed_batches(
+    loader: DataLoader[Any], world: World, device: torch.device, *, warn: bool = True
+) -> int | None:
     """Batches per epoch, the same on every rank (DDP hangs when ranks step unequally).
 
     Ranks with more batches than the smallest count run only that many (with a warning).
@@ -142,7 +152,7 @@ def agreed_batches(loader: DataLoader[Any], world: World, device: torch.device) 
     except TypeError:
         return None
     low, high = _ddp.min_max(n, world, device)
-    if low != high and world.is_main:
+    if warn and low != high and world.is_main:
         warnings.warn(
             f"ranks have between {low} and {high} train batches per epoch; every rank runs "
             f"{low} (DDP needs equal steps), so up to {high - low} batch(es) per rank are "

@@ -8,12 +8,15 @@ dataset                   train                                        validatio
 rank-sharded              ``dataset.make_sampler(seed, shuffle)``      its local shard, no pad
                           (equal steps on every rank)
 other, under DDP          ``DistributedEpochSampler(even="pad")``      ``ShardSampler`` (no pad)
-other, one process        ``EpochShuffleSampler``                      ``EpochShuffleSampler``
+other, one process        ``DistributedEpochSampler`` (world of one)   ``EpochShuffleSampler``
 ========================  ===========================================  =========================
 
-All of them are stateful, so a checkpoint taken mid-epoch resumes exactly. A dataset whose
-``__getitem__`` takes a whole list of indices (``supports_batch_indexing = True``) is read one
-batch per call, as ``batched_loader`` does, unless a ``collate_fn`` is given.
+All of them are stateful, so a checkpoint taken mid-epoch resumes exactly. The train sampler of
+global data is a ``DistributedEpochSampler`` on any number of processes (on one it yields the
+order ``EpochShuffleSampler`` would), so a mid-epoch checkpoint of N processes resumes on M.
+
+A dataset whose ``__getitem__`` takes a whole list of indices (``supports_batch_indexing =
+True``) is read one batch per call, as ``batched_loader`` does, unless a ``collate_fn`` is given.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def choose_sampler(dataset: Any, shuffle: bool, *, role: Role, world: World, see
             return dataset.make_sampler(seed=seed, shuffle=shuffle)
         shard = getattr(dataset, "shard_size", len(dataset))  # its own rows, without the pad
         return EpochShuffleSampler(shard, seed=seed, shuffle=shuffle, shard_of=dataset.world)
-    if world.is_distributed and role == "train":
+    if role == "train":  # on any world: its state resumes on any other (elastic resume)
         return DistributedEpochSampler(
             len(dataset), seed=seed, shuffle=shuffle, rank=world.rank,
             world_size=world.world_size, even="pad",

@@ -46,6 +46,7 @@ from .samplers import (
     _interleaved_indices,
     epoch_permutation,
 )
+from .shard_sampler import ShardEpochSampler
 from .transforms import decode_image
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "STATE_CONSUMED",
     "STATE_EPOCH",
     "STATE_SEED",
+    "ShardEpochSampler",
     "ShardSampler",
     "SplitsRanks",
     "VariableBlocks",

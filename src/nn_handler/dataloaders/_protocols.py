@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # samplers import this module: no file-reading code at run ti
 __all__ = [
     "STATE_CONSUMED",
     "STATE_EPOCH",
+    "STATE_PHASES",
     "STATE_SEED",
     "BatchIndexable",
     "ChunkAware",
@@ -42,6 +43,8 @@ STATE_SEED = "seed"
 STATE_EPOCH = "epoch"
 # samples handed out this epoch by the sampler; a checkpoint replaces it with samples *trained*
 STATE_CONSUMED = "consumed"
+# finished phases of the epoch on other worlds: [[world_size, consumed, *options], …]
+STATE_PHASES = "phases"
 
 
 @runtime_checkable

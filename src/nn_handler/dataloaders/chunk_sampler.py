@@ -17,7 +17,10 @@ Distributed: every rank builds the same block order and takes one contiguous par
 rank reads its own chunks, with at most two shared at the borders); parts have equal lengths
 (``even="pad"`` repeats a few samples, ``"drop"`` leaves a few out), then each rank shuffles its
 part within windows with its own generator. The order is a pure function of
-``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. Under accelerate's
+``(seed, epoch, rank, world_size, data_len, block_size, window_chunks)``. The block order does
+not depend on the world: a state loaded on another world size (or another ``batch_size`` /
+``num_workers``) resumes elastically, the new ranks taking contiguous parts of what the saving
+world left, in block order (see ``_samplers/elastic.py``). Under accelerate's
 ``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
 for one process and accelerate deals its batches out (see ``samplers``).
 
@@ -39,7 +42,8 @@ import numpy.typing as npt
 
 from .._validate import check_non_negative_int, check_positive_int
 from ._protocols import ChunkAware, VariableBlocks
-from .samplers import DistributedEpochSampler, EvenMode, _fit_length
+from ._samplers.elastic import per_rank, wrap
+from .samplers import DistributedEpochSampler, EvenMode
 
 __all__ = ["ChunkShuffleSampler"]
 
@@ -86,15 +90,8 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         ...     sampler.set_epoch(epoch)
     """
 
-    _state_sizes: tuple[str, ...] = (
-        "data_len",
-        "block_size",
-        "window_chunks",
-        "rank",
-        "world_size",
-        "batch_size",
-        "num_workers",
-    )
+    _state_sizes: tuple[str, ...] = ("data_len", "block_size", "window_chunks")
+    _state_split: tuple[str, ...] = ("world_size", "batch_size", "num_workers")
 
     def __init__(
         self,
@@ -162,47 +159,83 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         assert self.block_size is not None
         return -(-self.data_len // self.block_size)
 
-    def _order(self) -> npt.NDArray[np.int64]:
-        blocks = np.arange(self.num_blocks, dtype=np.int64)
-        if self.shuffle:
-            blocks = self._rng(0).permutation(blocks)
+    def _base_order(self) -> npt.NDArray[np.int64]:
+        """Every row, block by block, blocks shuffled (stream 0): the same on every world."""
+        blocks = self._block_permutation()
         if self.block_starts is not None:
-            return self._order_of_starts(self.block_starts, blocks)
+            return starts_order(self.block_starts, self._block_lengths(), blocks)
         assert self.block_size is not None
-        rank, per_rank = self._layout()[0], self._per_rank  # (0, all) while accelerate splits
-        whole = _fit_length(block_order(self.data_len, self.block_size, blocks), self.total_size)
-        mine = whole[rank * per_rank : (rank + 1) * per_rank]
-        if self.shuffle:
-            window = self.window_chunks * self.block_size
-            mine = window_shuffle(mine, window, self._rng(1 + rank))
-        if self.num_workers > 1 and self.batch_size is not None:
-            mine = deal_batches(mine, self.batch_size, self.num_workers)
-        return mine
+        return block_order(self.data_len, self.block_size, blocks)
 
-    def _order_of_starts(
-        self, starts: npt.NDArray[np.int64], blocks: npt.NDArray[np.int64]
+    def _positions(
+        self,
+        order: npt.NDArray[np.int64],
+        phase: int,
+        world_size: int,
+        rank: int,
+        options: tuple[int, ...],
     ) -> npt.NDArray[np.int64]:
-        lengths = np.diff(np.append(starts, self.data_len))
-        rank, per_rank, total = self._layout()[0], self._per_rank, self.total_size
-        whole = _fit_length(starts_order(starts, lengths, blocks), total)
-        lo, hi = rank * per_rank, (rank + 1) * per_rank
-        mine = whole[lo:hi]
-        if self.shuffle:
-            ends = np.cumsum(lengths[blocks])  # block ends in the (cyclically padded) order
-            cycles = -(-total // max(1, self.data_len))
-            ends = (ends + self.data_len * np.arange(cycles)[:, None]).ravel()
-            inside = ends[(ends > lo) & (ends < hi)] - lo  # block borders within this part
-            mine = window_shuffle_at(
-                mine, inside[self.window_chunks - 1 :: self.window_chunks], self._rng(1 + rank)
-            )
-        if self.num_workers > 1 and self.batch_size is not None:
-            mine = deal_batches(mine, self.batch_size, self.num_workers)
+        """Rank's positions in ``order`` for one phase: one contiguous part, window-shuffled.
+
+        Every rank takes the same count (``even`` pads by wrapping to the start of ``order``,
+        or drops the tail), so each reads its own run of chunks; the part is then shuffled
+        within windows of ``window_chunks`` blocks and, with workers, dealt in batches.
+        """
+        count = per_rank(len(order), world_size, self.even)
+        lo = rank * count
+        mine = np.arange(lo, lo + count, dtype=np.int64)
+        if self.shuffle and count:
+            rng = self._rng(1 + rank, phase)
+            if self.block_starts is None:
+                # windows of a fixed number of rows stay aligned with batches after a resume
+                # too (a window then spans at most two more blocks than window_chunks)
+                assert self.block_size is not None
+                mine = window_shuffle(mine, self.window_chunks * self.block_size, rng)
+            else:
+                mine = window_shuffle_at(mine, self._window_cuts(order, phase, lo, count), rng)
+        batch, workers = options
+        if workers > 1 and batch:
+            mine = deal_batches(mine, batch, workers)
         return mine
 
-    def _rng(self, stream: int) -> np.random.Generator:
+    def _window_cuts(
+        self, order: npt.NDArray[np.int64], phase: int, lo: int, count: int
+    ) -> npt.NDArray[np.int64]:
+        """Positions within a part that end every ``window_chunks``-th block of it."""
+        if phase == 0:  # block ends of the base order, counted in the (cyclic) pad
+            assert self.block_starts is not None
+            ends = np.cumsum(self._block_lengths()[self._block_permutation()])
+            cycles = -(-(lo + count) // max(1, self.data_len))
+            ends = (ends + self.data_len * np.arange(cycles)[:, None]).ravel()
+            inside = ends[(ends > lo) & (ends < lo + count)] - lo
+        else:  # a remaining order: a new block wherever the block of the row changes
+            blocks = self._block_of(order[wrap(np.arange(lo, lo + count), len(order))])
+            inside = np.flatnonzero(blocks[1:] != blocks[:-1]) + 1
+        return inside[self.window_chunks - 1 :: self.window_chunks]
+
+    def _block_lengths(self) -> npt.NDArray[np.int64]:
+        assert self.block_starts is not None
+        return np.diff(np.append(self.block_starts, self.data_len))
+
+    def _block_permutation(self) -> npt.NDArray[np.int64]:
+        blocks = np.arange(self.num_blocks, dtype=np.int64)
+        return self._rng(0).permutation(blocks) if self.shuffle else blocks
+
+    def _block_of(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        if self.block_starts is not None:
+            return np.searchsorted(self.block_starts, rows, side="right") - 1
+        assert self.block_size is not None
+        return rows // self.block_size
+
+    def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
+        return (split["batch_size"] or 0, split["num_workers"])
+
+    def _rng(self, stream: int, phase: int = 0) -> np.random.Generator:
         # stream 0: the block order shared by all ranks; 1 + rank: that rank's window shuffle
+        # (in later phases of an elastic epoch, one stream per phase)
         mask = 0xFFFFFFFFFFFFFFFF
-        return np.random.default_rng([self.seed & mask, self.epoch & mask, stream, 0x43485346])
+        key = [self.seed & mask, self.epoch & mask, stream, 0x43485346]
+        return np.random.default_rng([*key, phase] if phase else key)
 
     def __repr__(self) -> str:
         blocks = (

@@ -43,6 +43,7 @@ from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from ._samples.split import restack, split_samples
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
+from .shard_sampler import ShardEpochSampler
 
 __all__ = [
     "EpochShuffleSampler",
@@ -308,19 +309,17 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         """Samples of this rank's shard left out per epoch to stay at ``samples_per_rank``."""
         return max(0, self.shard_size - self.samples_per_rank)
 
-    def make_sampler(self, seed: int = 0, shuffle: bool = True) -> EpochShuffleSampler:
-        """Return an ``EpochShuffleSampler`` over this shard yielding ``samples_per_rank``.
+    def make_sampler(self, seed: int = 0, shuffle: bool = True) -> ShardEpochSampler:
+        """Return a ``ShardEpochSampler`` over this shard yielding ``samples_per_rank``.
 
-        It pads (or drops) with other samples of the shard each epoch, and knows that its data
-        is this rank's shard: Lightning leaves it alone, accelerate's ``prepare()`` is refused
-        (it would split the shard again), and using it under another world raises.
+        An ``EpochShuffleSampler`` that pads (or drops) with other samples of the shard each
+        epoch, and knows that its data is this rank's shard: Lightning leaves it alone,
+        accelerate's ``prepare()`` is refused (it would split the shard again), and using it
+        under another world raises. Its state resumes on another number of ranks: each rank
+        then trains the untrained rows of its new shard (see ``shard_sampler``).
         """
-        return EpochShuffleSampler(
-            self.shard_size,
-            seed,
-            shuffle,
-            num_samples=self.samples_per_rank,
-            shard_of=self.world,
+        return ShardEpochSampler(
+            self.total, self.world, self.mode, self.equal_steps, seed=seed, shuffle=shuffle
         )
 
     @property

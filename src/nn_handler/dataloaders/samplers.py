@@ -41,7 +41,8 @@ from torch.utils.data import DistributedSampler
 
 from .._validate import check_choice, check_int, check_non_negative_int
 from ..distributed import World
-from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_SEED
+from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
+from ._samplers.elastic import Phase, check_phases, per_rank, remaining_after, wrap
 from ._sharding import shard_world_of_length
 
 __all__ = [
@@ -102,7 +103,10 @@ class _EpochSampler(DistributedSampler[int]):
     ``seed``, ``shuffle``, ``num_samples``, ``total_size``, ``drop_last``).
     """
 
+    #: sizes a state must share with the sampler that loads it
     _state_sizes: tuple[str, ...] = ()
+    #: how the epoch was split (world size, …); a state with others resumes elastically
+    _state_split: tuple[str, ...] = ()
 
     def __init__(
         self, seed: int, shuffle: bool, rank: int | None = None, world_size: int | None = None
@@ -117,6 +121,8 @@ class _EpochSampler(DistributedSampler[int]):
         self.epoch = 0
         self._consumed = 0
         self._resume_from = 0
+        self._resuming = False
+        self._phases: list[Phase] = []  # earlier phases of this epoch (see _samplers/elastic.py)
         self._last_pass_epoch: int | None = None
         self._epoch_set = False
         self._warned = False
@@ -189,7 +195,7 @@ class _EpochSampler(DistributedSampler[int]):
         """Select the epoch whose order the next pass yields."""
         epoch = check_non_negative_int("epoch", epoch)
         if epoch != self.epoch:
-            self._resume_from = 0
+            self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
         self._epoch_set = True
 
@@ -201,8 +207,9 @@ class _EpochSampler(DistributedSampler[int]):
         return self._pass(start)
 
     def _pass(self, start: int) -> Iterator[int]:
-        self._resume_from = 0
-        if start == 0:
+        resumed, self._resuming, self._resume_from = self._resuming, False, 0
+        if not resumed:
+            self._phases = []
             self._begin_epoch()
         else:  # the rest of a resumed epoch: a later pass over it is a repeat
             self._last_pass_epoch, self._epoch_set = self.epoch, False
@@ -238,40 +245,105 @@ class _EpochSampler(DistributedSampler[int]):
     # -- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Return ``{"seed", "epoch", "consumed", <sizes>}`` (plain ints)."""
-        state = {STATE_SEED: self.seed, STATE_EPOCH: self.epoch, STATE_CONSUMED: self._consumed}
-        state.update({name: getattr(self, name) for name in self._state_sizes})
+        """Return ``{"seed", "epoch", "consumed", <sizes>}``: plain ints (and ``phases``)."""
+        state: dict[str, Any] = {
+            STATE_SEED: self.seed,
+            STATE_EPOCH: self.epoch,
+            STATE_CONSUMED: self._consumed,
+        }
+        state.update({name: self._state_value(name) for name in self._state_sizes})
+        state.update({name: self._state_value(name) for name in self._state_split})
+        if self._state_split:
+            state[STATE_PHASES] = [list(phase) for phase in self._phases]
         return state
+
+    def _state_value(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` in today's keys when an earlier version wrote it."""
+        return _upgrade_state(state, bool(self._state_split))
+
+    def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
+        """The options of a phase split as ``split`` (the ``_state_split`` values) records."""
+        return ()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next pass yields the rest of epoch ``state["epoch"]``.
 
+        A state saved with the same split (world size, …) resumes exactly where it stopped. One
+        saved by a sampler that split the epoch otherwise (another world size: a state saved on
+        any rank of N processes, loaded on every rank of M) resumes *elastically*: the positions
+        every saving rank had consumed become a finished phase, and this world splits the rest
+        of the epoch (see ``_samplers/elastic.py``).
+
         Raises:
             KeyError / ValueError: keys are missing or unknown, or the sizes differ from this
-                sampler's (the state belongs to another dataset or world).
+                sampler's (the state belongs to another dataset).
         """
+        state = self._upgrade(state)
         expected = {STATE_SEED, STATE_EPOCH, STATE_CONSUMED, *self._state_sizes}
+        if self._state_split:
+            expected |= {*self._state_split, STATE_PHASES}
         if set(state) != expected:
             raise KeyError(
                 f"{type(self).__name__} state must have keys {sorted(expected)}, "
                 f"got {sorted(state)}"
             )
         for name in self._state_sizes:
-            if state[name] != getattr(self, name):
+            if state[name] != self._state_value(name):
                 raise ValueError(
                     f"state was saved with {name}={state[name]!r} but this sampler has "
-                    f"{name}={getattr(self, name)!r}"
+                    f"{name}={self._state_value(name)!r}"
                 )
         consumed = check_non_negative_int(STATE_CONSUMED, state[STATE_CONSUMED])
+        seed = check_int(STATE_SEED, state[STATE_SEED])
+        epoch = check_non_negative_int(STATE_EPOCH, state[STATE_EPOCH])
+        phases, rebased = self._phases_of(state, consumed)
+        if rebased:
+            consumed = 0  # another split: this world starts a new phase
+        before = (self.seed, self.epoch, self._phases)
+        self.seed, self.epoch, self._phases = seed, epoch, phases
         if consumed > len(self):
+            self.seed, self.epoch, self._phases = before
             raise ValueError(f"consumed={consumed} exceeds the epoch length {len(self)}")
-        self.seed = check_int(STATE_SEED, state[STATE_SEED])
-        self.epoch = check_non_negative_int(STATE_EPOCH, state[STATE_EPOCH])
         self._resume_from = self._consumed = consumed
+        self._resuming = True
         self._last_pass_epoch = None
+
+    def _phases_of(self, state: dict[str, Any], consumed: int) -> tuple[list[Phase], bool]:
+        """The finished phases of ``state``'s epoch seen from this split; True: a new phase."""
+        if not self._state_split:
+            return [], False
+        saved = {name: state[name] for name in self._state_split}
+        options = self._phase_options(saved)
+        phases = check_phases(state[STATE_PHASES], len(options))
+        here = {name: self._state_value(name) for name in self._state_split}
+        if saved == here:
+            return phases, False
+        world = check_int("world_size", saved["world_size"])
+        return [*phases, (world, consumed, *options)], True
 
     def __len__(self) -> int:
         raise NotImplementedError
+
+
+def _upgrade_state(state: dict[str, Any], elastic: bool) -> dict[str, Any]:
+    """Older states in today's keys, for a splitting (``elastic``) sampler.
+
+    A state of an earlier version (with ``rank``, without ``phases``) drops ``rank``; an
+    ``EpochShuffleSampler`` state over the whole data (``num_samples == data_len``: the
+    handler's train sampler on one process before version 2) is a world of one.
+    """
+    if not elastic or STATE_PHASES in state:
+        return state
+    if "rank" in state:
+        state = {name: value for name, value in state.items() if name != "rank"}
+        return {**state, STATE_PHASES: []}
+    if "num_samples" in state and state["num_samples"] == state.get("data_len"):
+        state = {name: value for name, value in state.items() if name != "num_samples"}
+        return {**state, "world_size": 1, STATE_PHASES: []}
+    return state
 
 
 class EpochShuffleSampler(_EpochSampler):
@@ -303,7 +375,7 @@ class EpochShuffleSampler(_EpochSampler):
             when accelerate's ``prepare()`` would split a rank-sharded dataset again.
     """
 
-    _state_sizes = ("data_len", "num_samples")
+    _state_sizes: tuple[str, ...] = ("data_len", "num_samples")
 
     def __init__(
         self,
@@ -437,10 +509,16 @@ class EpochShuffleSampler(_EpochSampler):
 class DistributedEpochSampler(_EpochSampler):
     """Splits one global dataset across ranks: disjoint parts, equal counts, new order per epoch.
 
-    Each epoch draws one global permutation (the same on every rank), makes its length a
-    multiple of ``world_size`` (``even="pad"`` repeats samples from its start, ``"drop"`` cuts
-    the tail), and gives rank ``r`` the positions ``r, r + world_size, …``. Every rank yields
-    the same number of indices, so DDP ranks run the same number of steps.
+    Each epoch draws one global permutation (the same on every rank and every world size),
+    makes its length a multiple of ``world_size`` (``even="pad"`` repeats samples from its
+    start, ``"drop"`` cuts the tail), and gives rank ``r`` the positions ``r, r + world_size,
+    …``: one sample of each global step of ``world_size``. Every rank yields the same number of
+    indices, so DDP ranks run the same number of steps.
+
+    The state holds no rank: a state saved on any rank loads on every rank. Loaded on another
+    ``world_size``, it resumes elastically: the rest of the epoch (every position no saving
+    rank consumed, in the permutation's order) is split among the new ranks the same way,
+    padded or cut by fewer than ``world_size`` (see ``_samplers/elastic.py`` and docs/samplers.md).
 
     Args:
         data_len: Samples in the global dataset.
@@ -452,7 +530,8 @@ class DistributedEpochSampler(_EpochSampler):
             ``"drop"`` (no repeats; ``num_dropped`` samples skipped per epoch).
     """
 
-    _state_sizes: tuple[str, ...] = ("data_len", "rank", "world_size")
+    _state_sizes: tuple[str, ...] = ("data_len",)
+    _state_split: tuple[str, ...] = ("world_size",)
 
     def __init__(
         self,
@@ -467,6 +546,7 @@ class DistributedEpochSampler(_EpochSampler):
         super().__init__(seed, shuffle, rank=rank, world_size=world_size)
         self.data_len = check_non_negative_int("data_len", data_len)
         self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
+        self._remaining_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
     @property
     def world_size(self) -> int:
@@ -489,10 +569,72 @@ class DistributedEpochSampler(_EpochSampler):
         """True when this sampler gives each of several ranks its own part of the indices."""
         return self._layout()[1] > 1
 
+    def _state_value(self, name: str) -> Any:
+        if name == "world_size":  # the world the order is split by (1 while accelerate splits)
+            return self._layout()[1]
+        return super()._state_value(name)
+
+    @property
+    def _left(self) -> int:
+        """Samples of the epoch this world splits: all, or what earlier phases left."""
+        return len(self._remaining()) if self._phases else self.data_len
+
     @property
     def _per_rank(self) -> int:
-        per_rank, rem = divmod(self.data_len, self._layout()[1])
-        return per_rank + (1 if self.even == "pad" and rem else 0)
+        return per_rank(self._left, self._layout()[1], self.even)
+
+    def _base_order(self) -> npt.NDArray[np.int64]:
+        """The epoch's order of the whole dataset: a function of seed, epoch and data only."""
+        return self._epoch_order(self.data_len)
+
+    def _remaining(self) -> npt.NDArray[np.int64]:
+        """What the epoch's earlier phases (on other worlds) left, in the base order."""
+        key = (self.seed, self.epoch, tuple(self._phases))
+        cached = self._remaining_cache
+        if cached is None or cached[0] != key:
+            left = remaining_after(self._base_order(), self._phases, self._positions)
+            cached = self._remaining_cache = (key, left)
+        return cached[1]
+
+    def _positions(
+        self,
+        order: npt.NDArray[np.int64],
+        phase: int,
+        world_size: int,
+        rank: int,
+        options: tuple[int, ...],
+    ) -> npt.NDArray[np.int64]:
+        """Rank's positions in ``order`` for one phase: ``rank, rank + world_size, …``.
+
+        Each global step of ``world_size`` positions gives one to every rank; the last step
+        pads (positions past the end wrap to the start) or is dropped, per ``even``.
+        """
+        count = per_rank(len(order), world_size, self.even)
+        return np.arange(rank, count * world_size, world_size, dtype=np.int64)
+
+    def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
+        return ()
+
+    def _phases_of(self, state: dict[str, Any], consumed: int) -> tuple[list[Phase], bool]:
+        phases, rebased = super()._phases_of(state, consumed)
+        if rebased:  # the saving world's phase must hold what it says it consumed
+            *earlier, (world, _, *_) = phases
+            left = remaining_after(self._base_order_of(state), earlier, self._positions)
+            limit = per_rank(len(left), world, self.even)
+            if consumed > limit:
+                raise ValueError(
+                    f"consumed={consumed} exceeds the epoch length {limit} of the "
+                    f"world_size={world} that saved the state"
+                )
+        return phases, rebased
+
+    def _base_order_of(self, state: dict[str, Any]) -> npt.NDArray[np.int64]:
+        seed, epoch = self.seed, self.epoch
+        self.seed, self.epoch = state[STATE_SEED], state[STATE_EPOCH]
+        try:
+            return self._base_order()
+        finally:
+            self.seed, self.epoch = seed, epoch
 
     @property
     def num_samples(self) -> int:  # type: ignore[override]  # read-only: follows from the sizes
@@ -511,18 +653,20 @@ class DistributedEpochSampler(_EpochSampler):
 
     @property
     def num_padded(self) -> int:
-        """Repeated samples per epoch across all ranks (``even="pad"``)."""
-        return max(0, self.total_size - self.data_len)
+        """Repeated samples per epoch (or resumed rest of one) across all ranks (``"pad"``)."""
+        return max(0, self.total_size - self._left)
 
     @property
     def num_dropped(self) -> int:
-        """Samples skipped per epoch across all ranks (``even="drop"``)."""
-        return max(0, self.data_len - self.total_size)
+        """Samples skipped per epoch (or resumed rest of one) across all ranks (``"drop"``)."""
+        return max(0, self._left - self.total_size)
 
     def _order(self) -> npt.NDArray[np.int64]:
         rank, world_size = self._layout()
-        whole = _fit_length(self._epoch_order(self.data_len), self._per_rank * world_size)
-        return whole[rank::world_size]
+        left = self._remaining()
+        options = self._phase_options({n: self._state_value(n) for n in self._state_split})
+        mine = self._positions(left, len(self._phases), world_size, rank, options)
+        return left[wrap(mine, len(left))]
 
     def __len__(self) -> int:
         return self._per_rank

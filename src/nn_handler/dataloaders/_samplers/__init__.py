@@ -1,0 +1,1 @@
+"""The samplers' internals: what an elastic resume leaves to split (``elastic``)."""
