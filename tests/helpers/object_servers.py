@@ -40,6 +40,7 @@ class RangeServer:
         self.ranges: list[tuple[str, int, int]] = []
         self.fail_next: list[int] = []  # statuses for the next requests
         self.ignore_conditions = False
+        self.short_replies = False  # send one byte less than asked (Content-Range says all)
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -61,6 +62,7 @@ class RangeServer:
         self.stop()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
     async def _start(self) -> None:
         app = web.Application()
@@ -93,7 +95,8 @@ class RangeServer:
             return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
         self.ranges.append((request.match_info["name"], first, last + 1))
         headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{len(data)}"}
-        return web.Response(status=206, body=data[first : last + 1], headers=headers)
+        body = data[first : last + 1 - int(self.short_replies)]
+        return web.Response(status=206, body=body, headers=headers)
 
 
 @contextlib.contextmanager

@@ -28,9 +28,10 @@ def plan_requests(
 ) -> list[Request]:
     """The requests that cover every non-empty range in ``ranges``.
 
-    Ranges are sorted by offset and merged while the next one starts at most ``gap`` bytes after
-    the run's end and the run stays within ``max_request`` bytes; a single range longer than
-    ``max_request`` is one request of its own (the caller splits its transfer).
+    Ranges are sorted by offset; touching or overlapping ones are always merged, and one that
+    starts at most ``gap`` bytes after the run's end joins it while the run stays within
+    ``max_request`` bytes. A request may so exceed ``max_request`` only where it has no holes
+    (the caller splits long transfers).
 
     Args:
         ranges: ``(offset, length)`` pairs, in any order, overlapping or not.
@@ -48,7 +49,8 @@ def plan_requests(
     for k in order:
         offset, length = ranges[k]
         stop = offset + length
-        if members and offset <= end + gap and max(end, stop) - start <= max_request:
+        touching = offset <= end  # overlapping or adjacent: merging adds no bytes
+        if members and (touching or (offset <= end + gap and stop - start <= max_request)):
             end = max(end, stop)
             members.append(k)
             continue
