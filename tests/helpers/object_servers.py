@@ -86,16 +86,18 @@ class RangeServer:
         if wanted and wanted != etag and not self.ignore_conditions:
             return web.Response(status=412, text="precondition failed")
         match = _RANGE.fullmatch(request.headers.get("Range", ""))
-        data = path.read_bytes()
+        size = st.st_size
         if match is None:
-            return web.Response(body=data, headers={"ETag": etag})
+            return web.Response(body=path.read_bytes(), headers={"ETag": etag})
         first = int(match.group(1))
-        last = min(int(match.group(2) or len(data) - 1), len(data) - 1)
-        if first >= len(data):
-            return web.Response(status=416, headers={"Content-Range": f"bytes */{len(data)}"})
+        last = min(int(match.group(2) or size - 1), size - 1)
+        if first >= size:
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
         self.ranges.append((request.match_info["name"], first, last + 1))
-        headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{len(data)}"}
-        body = data[first : last + 1 - int(self.short_replies)]
+        with open(path, "rb") as f:  # only the bytes asked for: large files stay cheap
+            f.seek(first)
+            body = f.read(last + 1 - first - int(self.short_replies))
+        headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{size}"}
         return web.Response(status=206, body=body, headers=headers)
 
 
@@ -144,3 +146,21 @@ def put_object(options: dict[str, Any], bucket: str, key: str, data: bytes) -> N
     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
         client.create_bucket(Bucket=bucket)
     client.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def main() -> None:
+    """``python tests/helpers/object_servers.py ROOT PORT [LATENCY_S]``: serve until killed."""
+    import sys
+    import time
+
+    root, port = Path(sys.argv[1]), int(sys.argv[2])
+    server = RangeServer(root, latency_s=float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)
+    server.port = port
+    server.start()
+    print("ready", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

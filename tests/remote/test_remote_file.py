@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.object_servers import put_object, range_server
 from nn_handler.dataloaders import FileChangedError, RemoteAccessError, RemoteReadError
 from nn_handler.dataloaders._io.remote.failures import RetryPolicy
 from nn_handler.dataloaders._io.remote.intervals import empty, union
 from nn_handler.dataloaders._io.remote.object_file import RemoteFile
 from nn_handler.dataloaders._io.remote.ranges import plan_requests
+
+from helpers.object_servers import put_object, range_server
 
 DATA = np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
 FAST = RetryPolicy(total_s=1.5, attempt_s=1.0, first_backoff_s=0.05)
@@ -83,7 +84,7 @@ def test_plan_requests_covers_each_range_once(ranges, gap, max_request):
         if req.end - req.start > max_request:  # only without holes
             spans = [(ranges[k][0], sum(ranges[k])) for k in req.members]
             assert union(empty(), spans).tolist() == [[req.start, req.end]]
-    assert all(a.end <= b.start for a, b in zip(plan, plan[1:], strict=False))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(plan))
 
 
 def test_neighbours_are_fetched_together(served):
@@ -189,7 +190,7 @@ def test_missing_credentials_name_the_variables(s3, monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     options = {k: v for k, v in s3.items() if k not in ("key", "secret")}
     options["skip_instance_cache"] = True
-    with pytest.raises(RemoteAccessError, match="AWS_ACCESS_KEY_ID.*AWS_SECRET_ACCESS_KEY"):
+    with pytest.raises(RemoteAccessError, match=r"AWS_ACCESS_KEY_ID.*AWS_SECRET_ACCESS_KEY"):
         RemoteFile("s3://bkt/f.bin", options, policy=FAST)
 
 

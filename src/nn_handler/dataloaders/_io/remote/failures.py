@@ -71,7 +71,7 @@ class RetryPolicy:
     max_backoff_s: float = 2.0
     gap: int = 64 * 1024
     max_request: int = 8 * 1024**2
-    concurrency: int = 32
+    concurrency: int = 64
 
     def __post_init__(self) -> None:
         for name in ("total_s", "attempt_s", "first_backoff_s", "max_backoff_s"):
