@@ -30,7 +30,7 @@ class SourceFile(io.RawIOBase):
         blocks: Blocks kept in memory.
     """
 
-    def __init__(self, source: ByteSource, block: int = 256 * 1024, blocks: int = 64) -> None:
+    def __init__(self, source: ByteSource, block: int = 128 * 1024, blocks: int = 32) -> None:
         super().__init__()
         self.source = source
         self.block = block
@@ -59,33 +59,42 @@ class SourceFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        end = min(self._pos + view.nbytes, self._size)
-        done = 0
-        with self._lock:
-            while self._pos + done < end:
-                pos = self._pos + done
-                first = pos // self.block
-                data = self._block(first)
-                skip = pos - first * self.block
-                take = min(len(data) - skip, end - pos)
-                view[done : done + take] = data[skip : skip + take]
-                done += take
-        self._pos += done
-        return done
+        pos = self._pos
+        end = min(pos + view.nbytes, self._size)
+        if end <= pos:
+            return 0
+        if end - pos >= 4 * self.block:  # a large read (a slab of data): straight through
+            self.source.read_ranges([(pos, end - pos)], [view[: end - pos]])
+        else:
+            with self._lock:
+                self._copy_blocks(pos, end, view)
+        self._pos = end
+        return end - pos
 
-    def _block(self, number: int) -> bytes:
-        data = self._cache.get(number)
-        if data is not None:
+    def _copy_blocks(self, pos: int, end: int, view: memoryview) -> None:
+        """Copy bytes ``[pos, end)`` into ``view`` from the blocks, fetching missing ones at once."""
+        numbers = range(pos // self.block, (end - 1) // self.block + 1)
+        self._fetch([n for n in numbers if n not in self._cache])
+        done = 0
+        for number in numbers:
+            data = self._cache[number]
             self._cache.move_to_end(number)
-            return data
-        start = number * self.block
-        buf = np.empty(min(self.block, self._size - start), np.uint8)
-        self.source.read_ranges([(start, buf.size)], [buf])
-        data = buf.tobytes()
-        self._cache[number] = data
-        if len(self._cache) > self.blocks:
+            skip = max(pos - number * self.block, 0)
+            take = min(len(data) - skip, end - pos - done)
+            view[done : done + take] = data[skip : skip + take]
+            done += take
+
+    def _fetch(self, numbers: list[int]) -> None:
+        """Read blocks ``numbers`` in one call (they are requested together, concurrently)."""
+        if not numbers:
+            return
+        ranges = [(n * self.block, min(self.block, self._size - n * self.block)) for n in numbers]
+        bufs = [np.empty(length, np.uint8) for _, length in ranges]
+        self.source.read_ranges(ranges, bufs)
+        for number, buf in zip(numbers, bufs, strict=True):
+            self._cache[number] = buf.tobytes()
+        while len(self._cache) > max(self.blocks, len(numbers)):
             self._cache.popitem(last=False)
-        return data
 
     def __reduce__(self) -> Any:
         return (SourceFile, (self.source, self.block, self.blocks))

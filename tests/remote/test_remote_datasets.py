@@ -1,0 +1,139 @@
+"""Datasets on URLs against real servers: the same samples as the local file, byte for byte."""
+
+from __future__ import annotations
+
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    FileChangedError,
+    H5LazyDataset,
+    RankMemCachedH5Dataset,
+    RemoteReadError,
+    batched_loader,
+)
+from nn_handler.dataloaders._io.remote import object_file
+from nn_handler.dataloaders._io.remote.failures import RetryPolicy
+
+from helpers.object_servers import put_object
+
+N, WIDTH, CHUNK = 3000, 16, 64
+
+
+def _write(path, seed=0, n=N):
+    rng = np.random.default_rng(seed)
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "x",
+            data=rng.standard_normal((n, WIDTH)).astype(np.float32),
+            chunks=(CHUNK, WIDTH),
+            compression="gzip",
+        )
+        f.create_dataset("y", data=rng.integers(0, 10, n))  # contiguous
+    return path
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("local") / "f.h5")
+
+
+@pytest.fixture(scope="module")
+def s3_url(s3, local):
+    put_object(s3, "data", "f.h5", local.read_bytes())
+    return "s3://data/f.h5"
+
+
+def _epoch(ds, workers, seed=3):
+    sampler = ChunkShuffleSampler(ds, seed=seed, world_size=1, rank=0)
+    loader = batched_loader(ds, 100, sampler=sampler, num_workers=workers)
+    xs, ys = zip(*loader, strict=True)
+    order = np.asarray(list(ChunkShuffleSampler(ds, seed=seed, world_size=1, rank=0)))
+    return torch.cat(xs).numpy(), torch.cat(ys).numpy(), order
+
+
+def test_s3_single_rows_and_lists_equal_the_local_file(s3, s3_url, local):
+    remote = H5LazyDataset(s3_url, "x", "y", storage_options=s3)
+    mine = H5LazyDataset(local, "x", "y")
+    for i in (0, 63, 64, 1777, N - 1):
+        assert all(torch.equal(a, b) for a, b in zip(remote[i], mine[i], strict=True))
+    rows = [5, 2999, 64, 5, 1200, 0]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_s3_chunk_shuffle_epoch_equals_the_local_file(s3, s3_url, local, workers, tmp_path):
+    remote = H5LazyDataset(s3_url, "x", "y", storage_options=s3, cache_dir=tmp_path / "c")
+    x, y, order = _epoch(remote, workers)
+    with h5py.File(local) as f:
+        assert np.array_equal(x, f["x"][:][order])
+        assert np.array_equal(y, f["y"][:][order])
+    assert sorted(order.tolist()) == list(range(N))
+
+
+def test_rank_cache_on_s3_equals_the_local_file(s3, s3_url, local):
+    remote = RankMemCachedH5Dataset(s3_url, "x", "y", storage_options=s3, rank=0, world_size=1)
+    mine = RankMemCachedH5Dataset(local, "x", "y", rank=0, world_size=1)
+    rows = list(range(0, N, 7))
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+
+
+@pytest.mark.timeout(120)
+def test_second_epoch_reads_from_the_cache_only(http, tmp_path):
+    _write(http.root / "f.h5")
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    first = _epoch(ds, 0)
+    requests = http.requests
+    second = _epoch(ds, 2)  # new worker processes: they open the cached entry
+    assert http.requests == requests
+    assert np.array_equal(first[0], second[0])
+
+
+def test_a_second_dataset_on_the_node_fetches_only_the_version(http, tmp_path):
+    _write(http.root / "f.h5")
+    _epoch(H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c"), 0)
+    requests = http.requests
+    again = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    _epoch(again, 0)
+    assert http.requests == requests + 1  # the version check at construction
+
+
+def test_object_replaced_between_reads_fails_naming_the_url(http):
+    _write(http.root / "f.h5", n=30_000)  # 2 MB: more than the metadata reads bring along
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    assert ds[0]
+    _write(http.root / "f.h5", seed=1, n=30_000)  # same shape, other bytes
+    with pytest.raises(FileChangedError, match=r"f\.h5.*changed after"):
+        ds[list(range(0, 30_000, 1000))]
+
+
+@pytest.mark.timeout(60)
+def test_server_stopped_mid_epoch_fails_within_the_bound(http, monkeypatch):
+    monkeypatch.setattr(object_file, "RetryPolicy", lambda: RetryPolicy(total_s=2, attempt_s=1))
+    _write(http.root / "f.h5", n=30_000)
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    sampler = ChunkShuffleSampler(ds, window_chunks=2, world_size=1, rank=0)
+    loader = batched_loader(ds, 100, sampler=sampler)
+    batches = iter(loader)
+    next(batches)
+    http.stop()
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"f\.h5"):
+        for _ in batches:
+            pass
+    assert time.monotonic() - began < 10
+
+
+def test_unknown_protocol_and_bad_options_are_explained(tmp_path):
+    with pytest.raises((ValueError, ImportError), match="nosuchproto"):
+        H5LazyDataset("nosuchproto://b/f.h5", "x")
+    with pytest.raises(TypeError, match="storage_options"):
+        H5LazyDataset("s3://b/f.h5", "x", storage_options=["key"])
+    with pytest.raises(ValueError, match="cache_limit"):
+        H5LazyDataset("s3://b/f.h5", "x", cache_limit=0)
