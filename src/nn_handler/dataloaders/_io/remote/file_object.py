@@ -72,7 +72,7 @@ class SourceFile(io.RawIOBase):
         return end - pos
 
     def _copy_blocks(self, pos: int, end: int, view: memoryview) -> None:
-        """Copy bytes ``[pos, end)`` into ``view`` from the blocks, fetching missing ones at once."""
+        """Copy bytes ``[pos, end)`` into ``view``, fetching missing blocks at once."""
         numbers = range(pos // self.block, (end - 1) // self.block + 1)
         self._fetch([n for n in numbers if n not in self._cache])
         done = 0
