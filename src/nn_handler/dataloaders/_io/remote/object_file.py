@@ -63,8 +63,9 @@ class RemoteFile:
         self.storage_options = dict(storage_options or {})
         self.policy = policy or RetryPolicy()
         self._fetcher: PerProcess[Fetcher] = PerProcess()
-        #: requests sent by this object in this process (for tests and ``docs/remote.md``)
+        #: requests sent and bytes received by this object in this process (tests, benchmarks)
         self.requests = 0
+        self.fetched_bytes = 0
         self._version = version if version is not None else self._head()
 
     @property
@@ -150,6 +151,7 @@ class RemoteFile:
         data = await fetcher.get(start, end, self._version)
         if len(data) != end - start:
             raise TransientError("short reply", f"got {len(data)} of {end - start} bytes")
+        self.fetched_bytes += len(data)
         return data
 
     async def _retry(self, attempt: Any, what: str) -> Any:
