@@ -59,7 +59,7 @@ def _h5py_fsspec(url: str, n: int, seconds: float) -> float:
     with fsspec.open(url, "rb") as fobj, h5py.File(fobj, "r") as f:
         x, y = f["x"], f["y"]
         for i in order:
-            x[i], y[i]  # noqa: B018
+            x[i], y[i]
             done += 1
             if time.perf_counter() - began > seconds:
                 break
