@@ -56,7 +56,7 @@ def range_rate(path: str, n: int) -> float:
 
 
 def measure(path: str, n: int, budget: float, new: bool) -> dict[str, float]:
-    reader_module._block_reader = NEW_PATH if new else (lambda dset, source: None)
+    reader_module._block_reader = NEW_PATH if new else (lambda dset, source, layout: None)
     try:
         ds = H5LazyDataset(path, "central", "0/labels")
         rates = {

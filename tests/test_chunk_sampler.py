@@ -255,13 +255,14 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
     sampler = ChunkShuffleSampler(ds, window_chunks=4, seed=3)
     loader = batched_loader(ds, 16, sampler=sampler)
     decoded = []
-    original = ds._x._blocks._decode_task  # the window reader decodes one chunk per task
+    source = ds._x._blocks.source  # the engine fills one chunk per call
+    original = source.fill
 
-    def spy(task):
-        decoded.append(task[0])
-        return original(task)
+    def spy(dset, block, dest):
+        decoded.append(block)
+        return original(dset, block, dest)
 
-    ds._x._blocks._decode_task = spy
+    source.fill = spy
     loader.sampler.set_epoch(1)
     ys = torch.cat([y for _, y in loader]).numpy()
     assert sorted(ys.tolist()) == list(range(203))

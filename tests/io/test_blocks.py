@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from nn_handler.dataloaders import H5LazyDataset
-from nn_handler.dataloaders._io.chunks.blocks import BlockCache
 from nn_handler.dataloaders._io.chunks.codecs import ChunkPipeline
+from nn_handler.dataloaders._io.chunks.sources import Geometry
+from nn_handler.dataloaders._io.chunks.window import Window
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
@@ -30,8 +31,7 @@ def decodes(monkeypatch):
         return original_into(self, raw, filter_mask, out)
 
     original_into = ChunkPipeline.decode_into
-    # the window reader, and chunks that split rows (ChunkPipeline.decode decodes into a block)
-    monkeypatch.setattr(ChunkPipeline, "decode_into", counting_into)
+    monkeypatch.setattr(ChunkPipeline, "decode_into", counting_into)  # every decoding source
     return calls
 
 
@@ -79,29 +79,42 @@ def test_read_range_decodes_whole_chunks_into_the_output(make_h5, decodes):
     assert len(decodes) == 7
 
 
+GEOMETRY = Geometry("f.h5", "/x", 100, (10,), np.dtype("u1"), 1)  # blocks of 10 bytes
+
+
+def _keep(window, blocks, capacity):
+    """Claim ``blocks`` in ``window`` as a batch does, fill them with their number, release."""
+    claim = window.claim(np.array(blocks), capacity)
+    for b in claim.fresh:
+        claim.arena[claim.slot(b)] = b
+    window.settle(claim, ok=True)
+    window.release(claim)
+    return claim
+
+
 def test_block_cache_is_lru():
-    cache = BlockCache()
-    blocks = {k: np.full(10, k, np.uint8) for k in range(4)}
+    window = Window(GEOMETRY)
     for k in range(3):
-        cache.put(k, blocks[k], budget=30)
-    assert cache.get(0) is blocks[0]  # 0 is now the most recent
-    cache.put(3, blocks[3], budget=30)
-    assert cache.get(1) is None and cache.get(0) is blocks[0] and cache.get(3) is blocks[3]
-    cache.put(9, np.zeros(31, np.uint8), budget=30)  # larger than the budget: not kept
-    assert cache.get(9) is None and len(cache) == 3
-    cache.put(0, blocks[0], budget=10)  # a smaller budget evicts down to it
-    assert len(cache) == 1 and cache.nbytes == 10
+        _keep(window, [k], capacity=3)
+    assert _keep(window, [0], capacity=3).fresh == []  # 0 is now the most recent
+    _keep(window, [3], capacity=3)
+    assert not window.holds(1) and window.holds(0) and window.holds(3)
+    assert len(window) == 3 and window.nbytes == 30
+    claim = _keep(window, [0], capacity=1)  # a smaller budget starts a window that size
+    assert claim.fresh == [0] and len(window) == 1 and window.nbytes == 10
 
 
-def test_block_cache_is_per_process():
-    cache = BlockCache()
-    cache.put(1, np.zeros(4), budget=100)
-    clone = pickle.loads(pickle.dumps(cache))
-    assert len(clone) == 0
-    clone.put(2, np.zeros(4), budget=100)
-    assert clone.get(2) is not None
+def test_block_cache_is_per_process(make_h5):
+    data = images(64)
+    r = reader(make_h5({"x": (data, "gzip")}))
+    np.testing.assert_array_equal(r.read([1]), data[[1]])
+    assert len(r._blocks.cache) == 1
+    clone = pickle.loads(pickle.dumps(r))
+    assert len(clone._blocks.cache) == 0
+    np.testing.assert_array_equal(clone.read([17]), data[[17]])
+    assert clone._blocks.cache.holds(2)
     as_if_forked()
-    assert cache.get(1) is None and len(cache) == 0
+    assert not r._blocks.cache.holds(0) and len(r._blocks.cache) == 0
 
 
 def test_set_chunk_cache_resizes_both_caches(make_h5):
@@ -155,3 +168,30 @@ def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
     np.testing.assert_array_equal(r.read([3, 9, 13]), data[[3, 9, 13]])
     assert len(calls) == 3  # blocks 0, 1, then 2: each read once
     np.testing.assert_array_equal(r.read_range(5, 40), data[5:40])
+
+
+@pytest.mark.parametrize("budget", [0, 3 * 8 * ROW_BYTES, 10**6])
+def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget):
+    """Chunks that split rows, chunks never written, file objects: our decode, h5py's bytes."""
+    import h5py
+
+    hdf5plugin = pytest.importorskip("hdf5plugin")
+    data = images(203)
+    path = tmp_path / "raw.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("split", data=data, chunks=(8, 2, 3), compression="gzip", shuffle=True)
+        f.create_dataset("blosc", data=data, chunks=(8, 3, 3), **hdf5plugin.Blosc())
+        holes = f.create_dataset("holes", (203, 3, 4), "f4", chunks=(8, 3, 4), compression="gzip")
+        holes[16:40] = data[16:40]
+    with h5py.File(path, "r") as f:
+        expected = {key: f[key][()] for key in ("split", "blosc", "holes")}
+    rng = np.random.default_rng(3)
+    with open(path, "rb") as handle:
+        for file in (path, handle):
+            for key, values in expected.items():
+                r = RowReader(H5Source(file, FileOptions(rdcc_nbytes=budget)), key)
+                assert r.strategy == "decode" and not r.releases_gil, key
+                idx = rng.integers(0, 203, 90)
+                assert r.read(idx).tobytes() == values[idx].tobytes(), key
+                assert r.read_range(3, 203).tobytes() == values[3:].tobytes(), key
+                assert r.read_chunk_head(2, 5).tobytes() == values[16:21].tobytes(), key

@@ -14,7 +14,7 @@ from nn_handler.dataloaders import (
     batched_loader,
     fit_chunk_cache,
 )
-from nn_handler.dataloaders._io.chunks.window import WindowBlocks
+from nn_handler.dataloaders._io.chunks.sources import TableChunks
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
@@ -35,7 +35,7 @@ def test_batches_and_ranges_equal_h5py(make_h5, layout):
         with h5py.File(path, "a") as f:
             f.create_dataset("x", data=data, chunks=(1, 3, 4), compression="gzip")
     r = reader(path)
-    assert isinstance(r._blocks, WindowBlocks) and r.releases_gil
+    assert isinstance(r._blocks.source, TableChunks) and r.releases_gil
     rng = np.random.default_rng(0)
     for _ in range(5):
         idx = rng.integers(-203, 203, 77)
@@ -69,7 +69,7 @@ def test_threads_reading_at_once_get_h5py_bytes(make_h5):
         try:
             for idx in part:
                 assert r.read(idx).tobytes() == data[idx].tobytes()
-                r._blocks.prefetch(np.random.default_rng(int(idx[0])).integers(0, 400, 20))
+                r.prefetch(np.random.default_rng(int(idx[0])).integers(0, 400, 20))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -79,7 +79,7 @@ def test_threads_reading_at_once_get_h5py_bytes(make_h5):
     for t in threads:
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in threads)
-    assert int(r._blocks.cache.slots.pins.sum()) == 0  # every pin released
+    assert r._blocks.cache.pins == 0  # every pin released
 
 
 def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
@@ -90,8 +90,8 @@ def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
     assert ds.readahead_rows == 32
     blocks = ds._x._blocks
     decoded = []
-    original = blocks._decode_task
-    blocks._decode_task = lambda task: decoded.append(task[0]) or original(task)
+    original = blocks.source.fill
+    blocks.source.fill = lambda dset, b, dest: decoded.append(b) or original(dset, b, dest)
     ds.prefetch([0, 9, 17])
     for _ in range(200):  # the pool finishes in the background
         if len(blocks.cache) == 3:
@@ -139,7 +139,7 @@ def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkey
     data = images(203)  # edge chunk included: 203 rows in chunks of 8
     path = make_h5({"x": (data, "gzip")})
     r = reader(path, rdcc_nbytes=budget)
-    assert isinstance(r._blocks, WindowBlocks)
+    assert isinstance(r._blocks.source, TableChunks)
 
     def unsupported(self, raw, mask, out):
         out[:] = 0xAB  # whatever a failed decode left behind must not reach the batch

@@ -265,13 +265,14 @@ def test_chunk_shuffle_epoch_reads_every_row_once_and_each_chunk_once(files):
     assert ds.chunk_cache_nbytes >= 5 * 2 * TINY_CHUNK * 4  # grown for the window
     decoded = []
     reader = ds._files[0].rows.data
-    original = reader._blocks._decode_task  # the window reader decodes one chunk per task
+    source = reader._blocks.source  # the engine fills one chunk per call
+    original = source.fill
 
-    def spy(task):
-        decoded.append(task[0])
-        return original(task)
+    def spy(dset, block, dest):
+        decoded.append(block)
+        return original(dset, block, dest)
 
-    reader._blocks._decode_task = spy
+    source.fill = spy
     seen = list(loader)
     order = np.array(list(ChunkShuffleSampler(ds, window_chunks=3, seed=2)))  # the same order
     np.testing.assert_array_equal(torch.cat(seen).numpy(), expected[order])

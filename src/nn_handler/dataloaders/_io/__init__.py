@@ -1,7 +1,11 @@
-"""Reading rows from HDF5: the only place that talks to h5py.
+"""Bytes and rows from HDF5: the only place that talks to h5py, and free of torch.
 
-``source`` opens a file lazily per process; ``reader`` reads a batch of rows by the cheapest
-correct strategy (memory map, parallel decode, chunk blocks, h5py slabs); ``blocks``, ``decode``
-and ``threads`` are the chunk cache and the decoder behind it; ``indices`` and ``tensors`` turn
-requests into sorted reads and results into tensors.
+* ``file/``: the file: ``H5Source`` (opened lazily per process), its identity, the byte-range
+  seam every raw read goes through (``ByteSource``), and the layout checked once against the file.
+* ``chunks/``: the one chunk engine: the chunk table, the codec pipeline, the window of decoded
+  chunks and the decode pool.
+* ``rows/``: ``RowReader`` (rows for a batch of indices, by the cheapest correct strategy), keys,
+  kinds and the ``WindowPlan`` a loader hands down.
+* ``formats/``: whole datasets as samples, attributes, groups, and sparse matrices.
+* ``errors``, ``process`` (``PerProcess``, the one new-process guard) and ``indices`` serve all.
 """

@@ -2,9 +2,9 @@
 
 DataLoader worker processes cost a new shared-memory segment and two page-faulting copies per
 batch, and each process decodes with its own share of the cores. When a dataset's reads run
-outside the GIL (a NumPy gather from a memory map, or chunks decoded by ``_window_blocks`` in
-the decode pool), threads in the main process serve batches just as well, share one window of
-decoded chunks, and hand each batch over by reference.
+outside the GIL (a NumPy gather from a memory map, or chunks read by ``pread`` and decoded by
+the chunk engine in the decode pool), threads in the main process serve batches just as well,
+share one window of decoded chunks, and hand each batch over by reference.
 
 ``ThreadedDataLoader`` is a ``DataLoader`` (``isinstance`` checks, ``len``, ``.sampler``,
 ``.dataset`` and ``set_epoch`` through the batch sampler all work as before) whose iterator

@@ -144,9 +144,14 @@ class ChunkPipeline:
         Raises:
             ChunkDecodeError: the stream is corrupt or shorter than ``nbytes``.
         """
-        if filter_mask or tuple(step.code for step in self.steps) != (DEFLATE,):
+        if filter_mask or not self.decodes_head:
             return None
         return inflate_head(raw, nbytes)
+
+    @property
+    def decodes_head(self) -> bool:
+        """True when ``decode_head`` can stop early: deflate is the only filter."""
+        return tuple(step.code for step in self.steps) == (DEFLATE,)
 
     @cached_property
     def _bound(self) -> int:

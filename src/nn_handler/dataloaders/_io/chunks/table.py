@@ -20,7 +20,6 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py._objects import phil
 
 from ..errors import FileChangedError
 from ..file.byte_source import LocalFile
@@ -31,8 +30,6 @@ from ..process import PerProcess
 __all__ = [
     "ChunkTable",
     "ChunkTableError",
-    "chunk_info_at",
-    "read_direct_chunk",
 ]
 
 
@@ -165,21 +162,3 @@ class ChunkTable:
         """Close this process's descriptor (the next read reopens and checks it)."""
         self._checked.pop()
         self.file.close()
-
-
-def read_direct_chunk(dset_id: Any, offset: tuple[int, ...]) -> tuple[int, bytes]:
-    """``dset_id.read_direct_chunk(offset)`` under h5py's global lock.
-
-    h5py before 3.16 (h5py/h5py#2764) called HDF5 here without its lock: two decode threads
-    reading raw chunks at once crashed the process (seen with h5py 3.10). The lock is
-    re-entrant, so newer h5py, which takes it itself, pays nothing extra.
-    """
-    with phil:
-        mask, raw = dset_id.read_direct_chunk(offset)
-    return int(mask), raw
-
-
-def chunk_info_at(dset_id: Any, offset: tuple[int, ...]) -> Any:
-    """``dset_id.get_chunk_info_by_coord(offset)`` under h5py's global lock (see above)."""
-    with phil:
-        return dset_id.get_chunk_info_by_coord(offset)

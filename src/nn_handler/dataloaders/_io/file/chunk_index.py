@@ -18,7 +18,15 @@ from h5py._objects import phil
 
 from ..errors import CorruptFileError
 
-__all__ = ["ChunkIndex", "RowBlocks", "chunk_address_base", "read_chunk_index", "visit_chunks"]
+__all__ = [
+    "ChunkIndex",
+    "RowBlocks",
+    "chunk_address_base",
+    "chunk_info_at",
+    "read_chunk_index",
+    "read_direct_chunk",
+    "visit_chunks",
+]
 
 
 @dataclass(frozen=True)
@@ -126,3 +134,21 @@ def chunk_address_base(dset: h5py.Dataset) -> int:
     if h5py.version.hdf5_version_tuple >= (1, 14, 4):
         return 0
     return int(dset.file.userblock_size)
+
+
+def read_direct_chunk(dset_id: Any, offset: tuple[int, ...]) -> tuple[int, bytes]:
+    """``dset_id.read_direct_chunk(offset)`` under h5py's global lock.
+
+    h5py before 3.16 (h5py/h5py#2764) called HDF5 here without its lock: two decode threads
+    reading raw chunks at once crashed the process (seen with h5py 3.10). The lock is
+    re-entrant, so newer h5py, which takes it itself, pays nothing extra.
+    """
+    with phil:
+        mask, raw = dset_id.read_direct_chunk(offset)
+    return int(mask), raw
+
+
+def chunk_info_at(dset_id: Any, offset: tuple[int, ...]) -> Any:
+    """``dset_id.get_chunk_info_by_coord(offset)`` under h5py's global lock (see above)."""
+    with phil:
+        return dset_id.get_chunk_info_by_coord(offset)

@@ -17,8 +17,9 @@ import numpy as np
 
 from ..errors import DataFileError
 from ..indices import IndexArray
+from .chunk_index import read_direct_chunk
 
-__all__ = ["agrees_with_hdf5", "probe_rows"]
+__all__ = ["agrees_with_hdf5", "probe_rows", "raw_chunk_agrees"]
 
 #: What a fast path may raise for rows it cannot serve (offsets past its view, an HDF5 refusal):
 #: "disagrees". Our own errors (the file changed, is corrupt) are raised, not hidden.
@@ -54,3 +55,29 @@ def agrees_with_hdf5(
     except _CANNOT_SERVE:
         return False, expected
     return ours.tobytes() == expected.tobytes(), expected
+
+
+def raw_chunk_agrees(
+    dset: h5py.Dataset,
+    coords: tuple[int, ...],
+    read: Callable[[], tuple[np.ndarray[Any, Any], int]],
+) -> bool:
+    """Whether our raw read of the chunk at ``coords`` gives HDF5's raw bytes and filter mask.
+
+    For raw-chunk fast paths (``pread`` at the chunk index's offsets), compared before any
+    decoding: the chunk that lies furthest into the file is the one a damaged superblock's
+    end-of-file makes HDF5 refuse.
+
+    Args:
+        dset: The dataset, whose raw chunk h5py reads for the reference.
+        coords: The chunk's first element.
+        read: The fast path: returns the chunk's raw bytes (uint8) and its filter mask.
+    """
+    try:
+        mask, raw = read_direct_chunk(dset.id, coords)
+        ours, our_mask = read()
+    except DataFileError:
+        raise
+    except _CANNOT_SERVE:
+        return False
+    return bool(mask == our_mask and ours.tobytes() == bytes(raw))

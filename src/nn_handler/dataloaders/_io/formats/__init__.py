@@ -1,1 +1,1 @@
-"""formats."""
+"""What is not rows of one dataset: whole datasets, attributes, groups, sparse matrices."""

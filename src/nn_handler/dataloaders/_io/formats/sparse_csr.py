@@ -36,7 +36,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..chunks.table import read_direct_chunk
+from ..file.chunk_index import read_direct_chunk
 from ..file.identity import FileIdentity
 from ..file.source import H5Source
 from ..indices import IndexArray

@@ -1,1 +1,1 @@
-"""rows."""
+"""Rows of one dataset (or compound field) for a batch of indices, and the window plan."""

@@ -5,12 +5,13 @@ The strategy is picked once, from the dataset's layout:
 * ``memmap``: contiguous and unfiltered data, or chunked unfiltered data whose chunks hold whole
   rows. Rows are gathered straight from a read-only memory map of the file at the byte offsets
   HDF5 reports (``get_offset`` / the chunk table): one numpy call per batch, no h5py call.
-* ``decode``: chunked data whose filters are deflate (gzip), byte-shuffle and/or Fletcher-32.
-  Each needed chunk is read raw (``read_direct_chunk``) and decoded in a per-process thread pool
-  outside the HDF5 lock (``blocks``, ``codecs``); decoded chunks are kept in an LRU bounded by
-  ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
-* ``chunks``: other chunked data (lzf, blosc, zstd, … or unfiltered chunks that split rows):
-  h5py decodes each needed block of chunks in one call, kept in the same LRU.
+* ``decode``: chunked data whose every filter the codec pipeline decodes (gzip, shuffle,
+  Fletcher-32, blosc, lz4, bitshuffle, zstd, blosc2). Each needed chunk is read raw (``pread``
+  from the chunk table, else ``read_direct_chunk``) and decoded in a per-process thread pool
+  outside the HDF5 lock, into the chunk engine's window of decoded chunks (``chunks/engine.py``),
+  bounded by ``rdcc_nbytes`` (HDF5's own chunk cache is switched off for the dataset).
+* ``chunks``: other chunked data (lzf, scale-offset, … or unfiltered chunks that split rows):
+  h5py decodes each needed block of chunks in one call, kept in the same window.
 * ``slabs``: everything else (compact, virtual, external, variable-length data, file objects
   without chunks). Sorted, unique rows are grouped into runs of nearby rows; each run is read with
   one h5py call; rows are then put back into request order.
@@ -33,9 +34,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..chunks.blocks import ChunkBlocks
-from ..chunks.codecs import pipeline_for
-from ..chunks.window import WindowBlocks, window_reader
+from ..chunks.engine import ChunkEngine, chunk_engine
 from ..file.byte_source import ByteSource, Mappable, MappedFile
 from ..file.layout import Layout, inspect_layout
 from ..file.source import H5Source
@@ -92,17 +91,17 @@ class RowReader:
             return "memmap"
         if self._blocks is None:
             return "slabs"
-        return "decode" if self._blocks.codec is not None else "chunks"
+        return "decode" if self._blocks.decodes else "chunks"
 
     @property
     def readahead_rows(self) -> int:
         """Rows worth announcing ahead of reads (``prefetch``): a planned window, else 0."""
-        return self._blocks.readahead_rows if isinstance(self._blocks, WindowBlocks) else 0
+        return 0 if self._blocks is None else self._blocks.readahead_rows
 
     def prefetch(self, indices: Any) -> None:
         """Start decoding the chunks rows ``indices`` need, in the background (or do nothing)."""
-        if isinstance(self._blocks, WindowBlocks):
-            self._blocks.prefetch(as_index_array(indices, self.length))
+        if self._blocks is not None and self._blocks.releases_gil:
+            self._blocks.prefetch(self._dataset(), as_index_array(indices, self.length))
 
     @property
     def releases_gil(self) -> bool:
@@ -111,7 +110,7 @@ class RowReader:
         Memory-map gathers, and chunks read by ``pread`` and decoded in the pool: threads then
         read in parallel.
         """
-        return self._mapped is not None or isinstance(self._blocks, WindowBlocks)
+        return self._mapped is not None or (self._blocks is not None and self._blocks.releases_gil)
 
     @property
     def nbytes(self) -> int:
@@ -201,11 +200,9 @@ class RowReader:
         bad = [c for c in chunks if not 0 <= c < count]
         if bad:
             raise IndexError(f"chunk {bad[0]} is out of range for {count} chunks of {self.key!r}")
-        if isinstance(self._blocks, ChunkBlocks):
-            return self._blocks.blocks(self._dataset(), list(chunks))
         bounds = [(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
-        if isinstance(self._blocks, WindowBlocks) and bounds:
-            # one batch read: the window decodes each chunk once, in parallel, and keeps it
+        if self._blocks is not None and bounds:
+            # one batch read: the engine decodes each chunk once, in parallel, and keeps it
             whole = self.read(np.concatenate([np.arange(lo, hi) for lo, hi in bounds]))
             cuts = np.cumsum([hi - lo for lo, hi in bounds])[:-1]
             return list(np.split(whole, cuts))
@@ -238,7 +235,7 @@ class RowReader:
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
-        if isinstance(self._blocks, WindowBlocks):
+        if self._blocks is not None:
             chunks = self.window_cache_nbytes(block_rows, blocks) // self._blocks.block_nbytes
             self._blocks.plan_window(max(1, chunks))
 
@@ -374,23 +371,10 @@ class _MappedRows:
     view: np.ndarray[Any, Any]
 
 
-def _block_reader(
-    dset: h5py.Dataset, source: H5Source, layout: Layout
-) -> ChunkBlocks | WindowBlocks | None:
-    """Whole-chunk reads with a decoded-chunk LRU for chunked data of fixed-size rows."""
-    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
-        return None
+def _block_reader(dset: h5py.Dataset, source: H5Source, layout: Layout) -> ChunkEngine | None:
+    """Whole-chunk reads through the chunk engine, for chunked data of fixed-size rows."""
     # raw chunks are decoded by us only from this file, and only when the bytes are the values
-    if layout.fast_paths_allowed:
-        window = window_reader(dset, source)  # raw chunks by pread, one gather per batch
-        if window is not None:
-            return window
-    if dset.shape[0] == 0 or dset.dtype.itemsize * math.prod(dset.shape[1:]) == 0:
-        return None
-    chunks = tuple(int(c) for c in dset.chunks)
-    shape = tuple(int(s) for s in dset.shape)
-    codec = pipeline_for(dset) if layout.fast_paths_allowed else None
-    return ChunkBlocks(source, shape, dset.dtype, chunks, codec, key=dset.name)
+    return chunk_engine(dset, source, decode=layout.fast_paths_allowed, index=layout.chunks)
 
 
 def _mapped_end(mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: int) -> int:
