@@ -11,16 +11,23 @@ import torch
 
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
+    CombinedHDF5Dataset,
     FileChangedError,
     H5LazyDataset,
+    H5SampleDataset,
+    H5SparseDataset,
     RankMemCachedH5Dataset,
     RemoteReadError,
     batched_loader,
 )
 from nn_handler.dataloaders._io.remote import object_file
 from nn_handler.dataloaders._io.remote.failures import RetryPolicy
+from nn_handler.dataloaders._io.rows import ranged
 
 from helpers.object_servers import put_object
+from helpers.recordings import write_recording
+from helpers.samples import trajectories, write_samples
+from helpers.sparse_files import write_anndata
 
 N, WIDTH, CHUNK = 3000, 16, 64
 
@@ -137,3 +144,36 @@ def test_unknown_protocol_and_bad_options_are_explained(tmp_path):
         H5LazyDataset("s3://b/f.h5", "x", storage_options=["key"])
     with pytest.raises(ValueError, match="cache_limit"):
         H5LazyDataset("s3://b/f.h5", "x", cache_limit=0)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_contiguous_rows_are_read_by_ranges(http, monkeypatch, whole):
+    if not whole:  # every batch by ranges, not the whole dataset once
+        monkeypatch.setattr(ranged, "WHOLE_BYTES", 0)
+    path = _write(http.root / "f.h5")
+    remote = H5LazyDataset(http.url("f.h5"), "y", "x")
+    assert remote._x.strategy == "ranges"
+    mine = H5LazyDataset(path, "y", "x")
+    rows = [2999, 5, 6, 7, 5, 100, 0]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+    assert torch.equal(remote[17][0], mine[17][0])
+
+
+def test_every_dataset_class_reads_a_url_like_the_file(http, tmp_path):
+    write_samples(http.root / "s.h5", trajectories(12))
+    write_recording(http.root / "r.h5", 30, seed=1, uid_start=0, guid_kind="vlen-str")
+    write_anndata(http.root / "a.h5ad", "csr-gzip")
+    cache = {"cache_dir": tmp_path / "c"}
+    sample = H5SampleDataset(http.url("s.h5"), **cache)
+    assert len(sample) == len(H5SampleDataset(http.root / "s.h5"))
+    assert torch.equal(sample[3]["data"], H5SampleDataset(http.root / "s.h5")[3]["data"])
+    combined = CombinedHDF5Dataset([http.url("r.h5")], **cache)
+    mine = CombinedHDF5Dataset([http.root / "r.h5"])
+    for key, value in mine[7].items():
+        got = combined[7][key]
+        if torch.is_tensor(value):  # (recordings hold NaN gaps)
+            torch.testing.assert_close(got, value, rtol=0, atol=0, equal_nan=True)
+        else:
+            assert got == value
+    sparse = H5SparseDataset(http.url("a.h5ad"), **cache)
+    assert torch.equal(sparse[[0, 5, 9]], H5SparseDataset(http.root / "a.h5ad")[[0, 5, 9]])
