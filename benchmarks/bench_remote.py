@@ -8,6 +8,8 @@ one epoch of ``ChunkShuffleSampler`` + ``batched_loader`` (``num_workers=0``, ba
 * local: ``H5LazyDataset`` on the file on disk (the reference);
 * remote cold: ``H5LazyDataset(url, cache_dir=<empty>)``, timed from construction;
 * remote warm: a second epoch on the same node cache (a new dataset: timed from construction);
+* remote cold, blocks of 8 chunks: no cache, ``ChunkShuffleSampler(block_size=8 * 64)``:
+  the sampler shuffles runs of 8 adjacent chunks, so neighbours are fetched by one request;
 * h5py on fsspec: the baseline a user writes first (``h5py.File(fsspec.open(url))``, one
   ``__getitem__`` per sample in shuffled order), for ``--seconds`` at most;
 * bytes: how much of the file 1,000 random rows fetch cold (``ds[rows]``, no cache).
@@ -43,10 +45,11 @@ def _write(path: Path, n: int) -> None:
         f.create_dataset("y", data=rng.integers(0, 10, n))
 
 
-def _epoch(make) -> tuple[float, int]:
+def _epoch(make, block_chunks: int = 1) -> tuple[float, int]:
     began = time.perf_counter()
     ds = make()
-    loader = batched_loader(ds, BATCH, sampler=ChunkShuffleSampler(ds, seed=1))
+    sampler = ChunkShuffleSampler(ds, seed=1, block_size=block_chunks * CHUNK)
+    loader = batched_loader(ds, BATCH, sampler=sampler)
     rows = sum(len(y) for _, y in loader)
     return time.perf_counter() - began, rows
 
@@ -100,6 +103,7 @@ def main() -> None:
             local_s, rows = _epoch(lambda: H5LazyDataset(path, "x", "y"))
             cold_s, _ = _epoch(lambda: H5LazyDataset(url, "x", "y", cache_dir=cache))
             warm_s, _ = _epoch(lambda: H5LazyDataset(url, "x", "y", cache_dir=cache))
+            cold8_s, _ = _epoch(lambda: H5LazyDataset(url, "x", "y"), block_chunks=8)
             picks = np.sort(np.random.default_rng(3).choice(args.n, 1000, replace=False))
             ds = H5LazyDataset(url, "x", "y")
             ds[picks.tolist()]
@@ -117,6 +121,7 @@ def main() -> None:
         ("local file", local_s),
         ("remote cold (from construction)", cold_s),
         ("remote warm cache", warm_s),
+        ("remote cold, blocks of 8 chunks", cold8_s),
     ):
         rate = rows / seconds
         print(f"  {name:<34} {rate:10.0f} rows/s   {rate * local_s / rows:6.2f}x local")
