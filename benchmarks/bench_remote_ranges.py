@@ -6,7 +6,7 @@ Reads ``--ranges`` random 16 KB ranges (a shuffle window of chunks) of a 64 MB o
 call, from (1) an aiohttp Range server in its own process with ``--latency`` seconds added to
 every request and (2) moto's S3 server, with:
 
-* ``ours``: ``RemoteFile.read_ranges`` (conditional on the ETag, merged within 64 KB,
+* ``ours``: ``RemoteFile.read_ranges`` (conditional on the ETag, merged within 32 KB,
   64 requests in flight), and the same with merging off (``gap=0``);
 * ``fsspec``: ``fs.cat_ranges`` (s3fs / HTTPFileSystem, async, unconditional);
 * ``obstore``: ``obstore.get_ranges`` (Rust, merges within 1 MB, unconditional).
@@ -120,7 +120,7 @@ def main() -> None:
                 f"HTTP server, {args.latency * 1000:.0f} ms per request",
                 args.ranges,
                 {
-                    "ours (gap 64 KB)": _ours(url, {}, args.ranges, 64 * 1024),
+                    "ours (gap 32 KB)": _ours(url, {}, args.ranges, 32 * 1024),
                     "ours (gap 0)": _ours(url, {}, args.ranges, 0),
                     "ours (gap 1 MB)": _ours(url, {}, args.ranges, 1024**2),
                     "fsspec cat_ranges": _fsspec(url, {}, args.ranges),
@@ -145,7 +145,7 @@ def main() -> None:
             "moto S3 server (no added latency)",
             n,
             {
-                "ours (gap 64 KB)": _ours("s3://bkt/f.bin", options, n, 64 * 1024),
+                "ours (gap 32 KB)": _ours("s3://bkt/f.bin", options, n, 32 * 1024),
                 "ours (gap 0)": _ours("s3://bkt/f.bin", options, n, 0),
                 "ours (gap 1 MB)": _ours("s3://bkt/f.bin", options, n, 1024**2),
                 "s3fs cat_ranges": _fsspec("s3://bkt/f.bin", options, n),

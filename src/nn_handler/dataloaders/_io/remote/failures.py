@@ -69,7 +69,7 @@ class RetryPolicy:
     attempt_s: float = 10.0
     first_backoff_s: float = 0.1
     max_backoff_s: float = 2.0
-    gap: int = 64 * 1024
+    gap: int = 32 * 1024
     max_request: int = 8 * 1024**2
     concurrency: int = 64
 

@@ -30,7 +30,7 @@ class SourceFile(io.RawIOBase):
         blocks: Blocks kept in memory.
     """
 
-    def __init__(self, source: ByteSource, block: int = 128 * 1024, blocks: int = 32) -> None:
+    def __init__(self, source: ByteSource, block: int = 32 * 1024, blocks: int = 128) -> None:
         super().__init__()
         self.source = source
         self.block = block
