@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler import cli
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,
@@ -177,3 +178,11 @@ def test_every_dataset_class_reads_a_url_like_the_file(http, tmp_path):
             assert got == value
     sparse = H5SparseDataset(http.url("a.h5ad"), **cache)
     assert torch.equal(sparse[[0, 5, 9]], H5SparseDataset(http.root / "a.h5ad")[[0, 5, 9]])
+
+
+def test_inspect_reads_a_url(http, capsys):
+    _write(http.root / "f.h5")
+    assert cli.main(["inspect", http.url("f.h5")]) == 0
+    out = capsys.readouterr().out
+    assert http.url("f.h5") in out
+    assert "reads: decode" in out
