@@ -186,3 +186,23 @@ def test_inspect_reads_a_url(http, capsys):
     out = capsys.readouterr().out
     assert http.url("f.h5") in out
     assert "reads: decode" in out
+
+
+def test_readahead_asks_for_a_window_of_chunks_in_one_call(http, monkeypatch):
+    _write(http.root / "f.h5", n=30_000)
+    calls: list[int] = []
+    read_ranges = object_file.RemoteFile.read_ranges
+
+    def counting(self, ranges, buffers):
+        calls.append(len(ranges))
+        return read_ranges(self, ranges, buffers)
+
+    monkeypatch.setattr(object_file.RemoteFile, "read_ranges", counting)
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    calls.clear()  # construction: metadata, one chunk checked against h5py
+    sampler = ChunkShuffleSampler(ds, window_chunks=16, world_size=1, rank=0)
+    for _ in batched_loader(ds, 100, sampler=sampler):
+        pass
+    chunks = -(-30_000 // CHUNK)
+    assert sum(n for n in calls if n >= 8) >= 0.9 * chunks  # windows, not chunk by chunk
+    assert len([n for n in calls if n]) < chunks / 4

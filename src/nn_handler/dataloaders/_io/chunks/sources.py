@@ -172,6 +172,8 @@ class TableChunks:
         ``parallel``: decode in the decode pool (not from inside a pool thread). Returns, per
         task, None or the error that block's decode raised (a failed read raises for all).
         """
+        if not tasks:
+            return []
         blocks = [block for block, _ in tasks]
         raws = [np.empty(int(self.table.sizes[b]), np.uint8) for b in blocks]
         masks = self.table.read_many(blocks, raws)
