@@ -55,7 +55,8 @@ class H5SampleDataset(Dataset[Sample]):
         transform: Callable applied to the data tensor (after the cast).
         sidecar: Keep the index of each file in ``<file>.nnh-index.npz`` next to it and reuse
             it while the file's size and mtime and ``group`` / ``pattern`` are unchanged. A
-            directory that cannot be written just means no sidecar (one log line).
+            directory that cannot be written just means no sidecar (one log line); a URL has
+            none.
         swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
             are opened plainly, which refuses truncated or corrupt files at once).
         locking: h5py file locking: ``"best-effort"`` (default), ``True``, ``False`` or None.
