@@ -49,6 +49,7 @@ def _read_all_in_child(url: str, cache: str) -> int:
     return source.fetched
 
 
+@pytest.mark.slow  # a spawned process
 @pytest.mark.timeout(120)
 def test_two_processes_share_the_cache(http, tmp_path):
     (http.root / "f.bin").write_bytes(DATA)

@@ -75,7 +75,7 @@ def test_s3_single_rows_and_lists_equal_the_local_file(s3, s3_url, local):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_s3_chunk_shuffle_epoch_equals_the_local_file(s3, s3_url, local, workers, tmp_path):
     remote = H5LazyDataset(s3_url, "x", "y", storage_options=s3, cache_dir=tmp_path / "c")
     x, y, order = _epoch(remote, workers)
@@ -92,6 +92,7 @@ def test_rank_cache_on_s3_equals_the_local_file(s3, s3_url, local):
     assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
 
 
+@pytest.mark.slow  # DataLoader workers
 @pytest.mark.timeout(120)
 def test_second_epoch_reads_from_the_cache_only(http, tmp_path):
     _write(http.root / "f.h5")
