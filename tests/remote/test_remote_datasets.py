@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import h5py
@@ -207,3 +208,17 @@ def test_readahead_asks_for_a_window_of_chunks_in_one_call(http, monkeypatch):
     chunks = -(-30_000 // CHUNK)
     assert sum(n for n in calls if n >= 8) >= 0.9 * chunks  # windows, not chunk by chunk
     assert len([n for n in calls if n]) < chunks / 4
+
+
+def test_a_pickled_dataset_reopens_the_url_and_its_cache(http, tmp_path):
+    path = _write(http.root / "f.h5")
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    rows = [3, 2000, 64]
+    first = ds[rows]
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawn / forkserver worker gets
+    requests = http.requests
+    again = copy[rows]
+    assert http.requests == requests  # the same version, read from the node's cache
+    mine = H5LazyDataset(path, "x", "y")[rows]
+    assert all(torch.equal(a, b) for a, b in zip(again, mine, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(first, mine, strict=True))
