@@ -222,3 +222,15 @@ def test_a_pickled_dataset_reopens_the_url_and_its_cache(http, tmp_path):
     mine = H5LazyDataset(path, "x", "y")[rows]
     assert all(torch.equal(a, b) for a, b in zip(again, mine, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(first, mine, strict=True))
+
+
+def test_any_fsspec_url_reads_through_the_generic_fetcher(tmp_path):
+    import fsspec
+
+    path = _write(tmp_path / "f.h5")
+    fsspec.filesystem("memory").pipe("/bucket/f.h5", path.read_bytes())
+    remote = H5LazyDataset("memory://bucket/f.h5", "x", "y", cache_dir=tmp_path / "c")
+    mine = H5LazyDataset(path, "x", "y")
+    rows = [0, 2999, 640, 7]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+    fsspec.filesystem("memory").rm("/bucket/f.h5")
