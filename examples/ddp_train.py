@@ -12,6 +12,10 @@ Where the data comes from:
 * ``--data PATH``: your file. Every node must be able to read it at ``PATH`` (a shared file
   system, or the same copy on each machine). ``--make-data PATH`` writes the example's synthetic
   set (Gaussian blobs) there and exits.
+* ``--data s3://bucket/blobs.h5`` (or ``gs://``, ``az://``, ``https://``): read where it lives,
+  by byte ranges, with credentials from the environment (``docs/remote.md``). Add
+  ``--cache-dir /local/nvme/nnh`` to cache the pieces on each node's disk: every rank and
+  worker of a node shares it, each node fetches each piece once, and later epochs read locally.
 * no ``--data``: each node writes its own copy of the synthetic set (the same seed, so the same
   rows everywhere) to its local temporary directory, and removes it at the end.
 
@@ -29,7 +33,7 @@ processes saved it (the rest of the epoch is split among the new ones)::
         --data /shared/blobs.h5 --checkpoint /shared/run.pt --checkpoint-every-steps 50
 
 Options: ``--samples 4000 --epochs 3 --batch-size 64 --workers 1 --checkpoint PATH
---checkpoint-every-steps N``.
+--checkpoint-every-steps N --cache-dir DIR``.
 """
 
 from __future__ import annotations
@@ -113,23 +117,26 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-every-steps", type=int, help="also save every N steps (with --checkpoint)"
     )
-    parser.add_argument("--data", help="HDF5 file readable at this path on every node")
+    parser.add_argument("--data", help="HDF5 file at this path on every node, or a URL")
+    parser.add_argument("--cache-dir", help="for a URL: node-local directory caching its bytes")
     parser.add_argument("--make-data", metavar="PATH", help="write the synthetic set and exit")
     args = parser.parse_args()
     if args.make_data:
         write_blobs(args.make_data, args.samples)
         return
-    if args.data and not os.path.isfile(args.data):
+    remote = bool(args.data) and "://" in args.data
+    if args.data and not remote and not os.path.isfile(args.data):
         parser.error(f"--data {args.data!r} is not a file on this node")
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     handler = NNHandler(Classifier, device=device, use_distributed=True)
     path = args.data or node_local_copy(args.samples)
     loader_options = {"num_workers": args.workers, "worker_init_fn": h5_worker_init_fn}
-    handler.set_train_loader(
-        H5LazyDataset(path, "train/x", "train/y"), batch_size=args.batch_size, **loader_options
-    )
-    handler.set_val_loader(H5LazyDataset(path, "val/x", "val/y"), batch_size=256, **loader_options)
+    where = {"cache_dir": args.cache_dir} if remote else {}
+    train = H5LazyDataset(path, "train/x", "train/y", **where)
+    handler.set_train_loader(train, batch_size=args.batch_size, **loader_options)
+    val = H5LazyDataset(path, "val/x", "val/y", **where)
+    handler.set_val_loader(val, batch_size=256, **loader_options)
     handler.set_optimizer(torch.optim.Adam, lr=3e-3)
     handler.set_loss_fn(nn.CrossEntropyLoss())
     handler.set_metrics({"acc": accuracy})

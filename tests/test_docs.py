@@ -28,6 +28,8 @@ README = ROOT / "README.md"
 OWN_RUNNER = {
     "docs/real_files.md": "tests/test_docs_real_files.py",
     "docs/sparse.md": "tests/sparse/test_sparse_docs.py",
+    # an S3 server (moto) on 127.0.0.1 holds the object the blocks read
+    "docs/remote.md": "tests/remote/test_remote_docs.py",
     # scripts run as `python` or `torchrun` (Lightning's ddp_spawn needs a real __main__)
     "docs/integrations.md": "tests/test_docs_integrations.py",
 }

@@ -98,9 +98,10 @@ def inspect_file(
         superblock = _superblock(handle)
     finally:
         source.close()
+    remote = source.byte_source() if source.is_remote else None
     return FileReport(
         path=source.path,
-        file_bytes=os.path.getsize(source.path),
+        file_bytes=remote.size() if remote is not None else os.path.getsize(source.path),
         superblock_version=superblock,
         swmr_mode_capable=superblock >= 3,
         groups=[g for g in groups if g is not None],

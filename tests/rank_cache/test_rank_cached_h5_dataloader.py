@@ -86,6 +86,9 @@ def test_seed_signature():
         "equal_steps": "pad",
         "cache_device": None,
         "allow_external_files": False,
+        "storage_options": None,  # a URL's filesystem options (docs/remote.md)
+        "cache_dir": None,
+        "cache_limit": None,
     }
 
 

@@ -11,6 +11,8 @@ from ._io.errors import (
     ExternalDataError,
     FileChangedError,
     MissingFilterError,
+    RemoteAccessError,
+    RemoteReadError,
 )
 from ._protocols import (
     STATE_CONSUMED,
@@ -72,6 +74,8 @@ __all__ = [
     "RankMemCachedH5Dataset",
     "RankSharded",
     "ReadsAhead",
+    "RemoteAccessError",
+    "RemoteReadError",
     "Resumable",
     "STATE_CONSUMED",
     "STATE_EPOCH",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +128,13 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             directory (external links, external storage, virtual-dataset sources). Off by
             default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
             any readable file, e.g. ``/etc/passwd``, as samples).
+        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
+            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
+            xarray take them; None: credentials from the environment (``docs/remote.md``).
+        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
+            node, that caches the objects' bytes; None: nothing is written to disk.
+        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
+            recently used first); None: no cap.
 
     Raises:
         ValueError: no paths, a path twice, ``epoch_min > epoch_max``, ``label`` outside the
@@ -173,6 +180,9 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         swmr: bool = True,
         locking: LockingMode = "best-effort",
         allow_external_files: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         self.dtype = check_float_dtype(dtype)
         self.cache_size = check_non_negative_int("cache_size", cache_size)
@@ -194,7 +204,15 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
         options = FileOptions(
-            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+            rdcc_nbytes,
+            rdcc_nslots,
+            rdcc_w0,
+            swmr,
+            locking,
+            allow_external_files,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
         )
         self._pool = FilePool(paths, options, keys, max_open_files)
         try:

@@ -70,6 +70,13 @@ class H5LazyDataset(Dataset[Sample]):
             directory (external links, external storage, virtual-dataset sources). Off by
             default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
             any readable file, e.g. ``/etc/passwd``, as samples).
+        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
+            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
+            xarray take them; None: credentials from the environment (``docs/remote.md``).
+        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
+            node, that caches the objects' bytes; None: nothing is written to disk.
+        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
+            recently used first); None: no cap.
         classes: For string targets: the class names in index order (``["cat", "dog"]``), or
             ``"auto"`` for every stored label, sorted (read once, at construction). Targets
             are then ``int64`` class indices, ready for ``CrossEntropyLoss``.
@@ -113,6 +120,9 @@ class H5LazyDataset(Dataset[Sample]):
         *,
         locking: LockingMode = "best-effort",
         allow_external_files: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
         classes: Sequence[str] | str | None = None,
         label_map: Mapping[str, int] | None = None,
     ) -> None:
@@ -125,7 +135,15 @@ class H5LazyDataset(Dataset[Sample]):
         self.transform = transform
         self.target_transform = target_transform
         options = FileOptions(
-            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+            rdcc_nbytes,
+            rdcc_nslots,
+            rdcc_w0,
+            swmr,
+            locking,
+            allow_external_files,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
         )
         self._source = H5Source(path, options)
         try:

@@ -10,7 +10,7 @@ starts without listing 100k members again.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -55,7 +55,8 @@ class H5SampleDataset(Dataset[Sample]):
         transform: Callable applied to the data tensor (after the cast).
         sidecar: Keep the index of each file in ``<file>.nnh-index.npz`` next to it and reuse
             it while the file's size and mtime and ``group`` / ``pattern`` are unchanged. A
-            directory that cannot be written just means no sidecar (one log line).
+            directory that cannot be written just means no sidecar (one log line); a URL has
+            none.
         swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
             are opened plainly, which refuses truncated or corrupt files at once).
         locking: h5py file locking: ``"best-effort"`` (default), ``True``, ``False`` or None.
@@ -63,6 +64,13 @@ class H5SampleDataset(Dataset[Sample]):
             directory (external links, external storage, virtual-dataset sources). Off by
             default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
             any readable file, e.g. ``/etc/passwd``, as samples).
+        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
+            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
+            xarray take them; None: credentials from the environment (``docs/remote.md``).
+        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
+            node, that caches the objects' bytes; None: nothing is written to disk.
+        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
+            recently used first); None: no cap.
 
     Members of ``group`` that are not datasets (sub-groups, named types, dangling links) are
     skipped; ``skipped`` counts them and a warning is logged with their names.
@@ -100,6 +108,9 @@ class H5SampleDataset(Dataset[Sample]):
         swmr: bool = True,
         locking: LockingMode = "best-effort",
         allow_external_files: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         self._paths = tuple(check_paths(paths))
         self._group = _check_group(group)
@@ -112,7 +123,14 @@ class H5SampleDataset(Dataset[Sample]):
         self.transform = transform
         if not isinstance(sidecar, bool):
             raise TypeError(f"sidecar must be True or False, got {sidecar!r}")
-        options = FileOptions(swmr=swmr, locking=locking, allow_external_files=allow_external_files)
+        options = FileOptions(
+            swmr=swmr,
+            locking=locking,
+            allow_external_files=allow_external_files,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+        )
         self._sources = [H5Source(p, options) for p in self._paths]
         try:
             result = index_files(self._sources, self._group, self._pattern, self._limit, sidecar)

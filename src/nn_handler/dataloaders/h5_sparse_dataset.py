@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, Literal
 
 import numpy as np
@@ -71,6 +71,13 @@ class H5SparseDataset(Dataset[Any]):
             datasets): AnnData / 10x files are written once, and anndata or scanpy often hold
             the same file open in backed mode, which refuses a SWMR open in that process.
         locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
+        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
+            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
+            xarray take them; None: credentials from the environment (``docs/remote.md``).
+        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
+            node, that caches the objects' bytes; None: nothing is written to disk.
+        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
+            recently used first); None: no cap.
 
     Raises:
         FileNotFoundError / OSError: a file is missing or not HDF5, or a CSR copy cannot be
@@ -105,13 +112,25 @@ class H5SparseDataset(Dataset[Any]):
         rdcc_w0: float = 0.75,
         swmr: bool = False,
         locking: LockingMode = "best-effort",
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         check_key("group", group, optional=True)
         check_key("label", label, optional=True)
         check_key("var_key", var_key, optional=True)
         self.output: Output = check_choice("output", output, _OUTPUTS)
         self.dtype = _value_dtype(dtype)
-        options = FileOptions(rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking)
+        options = FileOptions(
+            rdcc_nbytes,
+            rdcc_nslots,
+            rdcc_w0,
+            swmr,
+            locking,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+        )
         wanted = check_columns_arg(columns)
         mode = check_choice("csc", csc, _CSC_MODES)
         folder = None if sidecar_dir is None else os.fspath(sidecar_dir)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -117,6 +117,13 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             directory (external links, external storage, virtual-dataset sources). Off by
             default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
             any readable file, e.g. ``/etc/passwd``, as samples).
+        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
+            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
+            xarray take them; None: credentials from the environment (``docs/remote.md``).
+        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
+            node, that caches the objects' bytes; None: nothing is written to disk.
+        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
+            recently used first); None: no cap.
 
     Raises:
         FileNotFoundError / OSError: the file is missing or not HDF5.
@@ -161,6 +168,9 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         equal_steps: EqualSteps = "pad",
         cache_device: str | torch.device | None = None,
         allow_external_files: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         device = None if cache_device is None else check_device("cache_device", cache_device)
         if device is not None and device.type != "cpu" and share_memory:
@@ -181,7 +191,15 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
         options = FileOptions(
-            rdcc_nbytes, rdcc_nslots, rdcc_w0, swmr, locking, allow_external_files
+            rdcc_nbytes,
+            rdcc_nslots,
+            rdcc_w0,
+            swmr,
+            locking,
+            allow_external_files,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
         )
         source = H5Source(path, options)
         self.path = source.path

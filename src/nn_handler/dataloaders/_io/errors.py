@@ -17,6 +17,8 @@ __all__ = [
     "ExternalDataError",
     "FileChangedError",
     "MissingFilterError",
+    "RemoteAccessError",
+    "RemoteReadError",
     "explain_open_error",
     "is_corruption",
     "is_writer_flag_error",
@@ -59,6 +61,22 @@ class MissingFilterError(DataFileError, RuntimeError):
 
 class ExternalDataError(DataFileError, PermissionError):
     """A dataset's data lives in another file outside the data file's directory (refused)."""
+
+
+class RemoteReadError(DataFileError):
+    """An object store kept failing (errors, time-outs, a stopped server, short replies).
+
+    The message names the URL, the last status and what was tried (how many attempts, for how
+    long). Raised after transient failures were retried within a bounded time, or at once for
+    a failure no retry can fix.
+    """
+
+
+class RemoteAccessError(DataFileError, PermissionError):
+    """An object store refused us: no credentials found, or the ones found are not allowed.
+
+    The message names the URL and the environment variables (or ``storage_options`` keys) to set.
+    """
 
 
 def is_corruption(text: str) -> bool:

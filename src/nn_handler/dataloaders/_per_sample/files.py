@@ -77,7 +77,7 @@ def _file_index(
     params: dict[str, Any],
     use_sidecar: bool,
 ) -> tuple[FileIndex, str]:
-    if not use_sidecar:
+    if not use_sidecar or not source.is_path:  # a URL has no folder next to it to write in
         return list_samples(open_group(source, group), pattern), "built"
     stamp = file_stamp(source.path)  # taken before listing: a change during the build invalidates
     opened = open_group(source, group)

@@ -34,7 +34,7 @@ from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
 from .pool import decode_threads, run_parallel, submit
-from .sources import BlockSource, Geometry, block_source
+from .sources import BlockSource, Geometry, TableChunks, block_source
 from .window import Claim, Window
 
 __all__ = ["ChunkEngine", "chunk_engine"]
@@ -108,6 +108,12 @@ class ChunkEngine:
         claim = self.cache.claim_ahead(np.unique(idx // self.geometry.block_rows), capacity)
         if claim is None:
             return  # the window is busy
+        if isinstance(self.source, TableChunks) and self.source.batches_reads:
+            # an object store: one task asks for every chunk at once (concurrent requests)
+            many = (dset, claim, list(claim.fresh))
+            if submit(self._fill_ahead_many, many) is None:
+                self._fill_ahead_many(many)
+            return
         for block in claim.fresh:
             task = (dset, claim, block)
             if submit(self._fill_ahead, task) is None:
@@ -121,6 +127,17 @@ class ChunkEngine:
         except BaseException:
             ok = False  # a later read fills it again and reports what is wrong
         self.cache.settle_ahead(claim, block, ok)
+
+    def _fill_ahead_many(self, task: tuple[h5py.Dataset, Claim, list[int]]) -> None:
+        dset, claim, blocks = task
+        assert isinstance(self.source, TableChunks)
+        fills = [(block, claim.arena[claim.slot(block)]) for block in blocks]
+        try:  # decoded in this (pool) thread: waiting on the pool from inside it could deadlock
+            errors = self.source.fill_many(dset, fills, parallel=False)
+        except BaseException:
+            errors = [RuntimeError("read failed")] * len(blocks)  # a later read reports it
+        for block, error in zip(blocks, errors, strict=True):
+            self.cache.settle_ahead(claim, block, error is None)
 
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any]:
         """The first ``rows`` rows of ``block`` (read-only).
@@ -278,6 +295,12 @@ class ChunkEngine:
         if not self.source.decodes:  # h5py decodes under its lock: threads would only queue
             for block, dest in tasks:
                 self.source.fill(dset, block, dest)
+            return
+        if isinstance(self.source, TableChunks) and self.source.batches_reads and len(tasks) > 1:
+            errors = self.source.fill_many(dset, tasks)  # one request batch, then decodes
+            first = next((e for e in errors if e is not None), None)
+            if first is not None:
+                raise first
             return
         fill = self.source.fill
         run_parallel(lambda task: fill(dset, *task), tasks)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,10 +32,12 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptFileError
+from ..file.byte_source import LocalFile
 from ..file.chunk_index import ChunkIndex, chunk_info_at, read_direct_chunk
 from ..file.source import H5Source
 from ..file.verify import raw_chunk_agrees
 from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError, pipeline_for
+from .pool import run_parallel
 from .table import ChunkTable
 
 __all__ = [
@@ -137,7 +140,12 @@ class H5pyBlocks:
 
 
 class TableChunks:
-    """Raw chunks read by ``pread`` from the chunk table, decoded by the pipeline."""
+    """Raw chunks read by ``pread`` from the chunk table, decoded by the pipeline.
+
+    ``batches_reads``: the table's bytes are in an object store, where a request costs a round
+    trip: the engine then reads the raw chunks of many blocks in one ``fill_many`` call (one
+    ``read_ranges``: merged and concurrent requests) before decoding them.
+    """
 
     decodes = True
     releases_gil = True
@@ -145,10 +153,49 @@ class TableChunks:
     def __init__(self, geometry: Geometry, table: ChunkTable, pipeline: ChunkPipeline) -> None:
         self.geometry, self.table, self.pipeline = geometry, table, pipeline
         self._h5py = H5pyBlocks(geometry)
+        self.batches_reads = not isinstance(table.file, LocalFile)
 
     def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
         raw, mask = self.table.read(block)
+        self._decode(dset, block, raw, mask, dest)
+
+    def fill_many(
+        self,
+        dset: h5py.Dataset,
+        tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
+        *,
+        parallel: bool = True,
+    ) -> list[BaseException | None]:
+        """Fill each ``(block, dest)`` task: every raw chunk read in one call, then decoded.
+
+        ``parallel``: decode in the decode pool (not from inside a pool thread). Returns, per
+        task, None or the error that block's decode raised (a failed read raises for all).
+        """
+        if not tasks:
+            return []
+        blocks = [block for block, _ in tasks]
+        raws = [np.empty(int(self.table.sizes[b]), np.uint8) for b in blocks]
+        masks = self.table.read_many(blocks, raws)
+
+        def decode(k: int) -> BaseException | None:
+            try:
+                self._decode(dset, blocks[k], raws[k], masks[k], tasks[k][1])
+            except Exception as exc:  # reported per block: readahead settles each one
+                return exc
+            return None
+
+        jobs = range(len(tasks))
+        return run_parallel(decode, jobs) if parallel else [decode(k) for k in jobs]
+
+    def _decode(
+        self,
+        dset: h5py.Dataset,
+        block: int,
+        raw: np.ndarray[Any, Any],
+        mask: int,
+        dest: np.ndarray[Any, Any],
+    ) -> None:
         try:
             self.pipeline.decode_into(raw, mask, dest.reshape(-1).view(np.uint8))
         except UnsupportedChunkError:
@@ -250,10 +297,12 @@ def block_source(
 def _chunk_table(
     dset: h5py.Dataset, source: H5Source, index: ChunkIndex | None
 ) -> ChunkTable | None:
-    """The chunk table for ``pread``: chunks of whole rows, all written, in a file on disk."""
-    if not source.is_path or dset.file.driver != "sec2":
+    """The chunk table: chunks of whole rows, all written, in a file on disk or in a store."""
+    remote = source.byte_source() if source.is_remote else None
+    if remote is None and (not source.is_path or dset.file.driver != "sec2"):
         return None
-    table = ChunkTable.build(dset, source.path, index)  # the layout's index: not walked again
+    # the layout's index: not walked again
+    table = ChunkTable.build(dset, remote if remote is not None else source.path, index)
     if table is None or not _hdf5_agrees(dset, table):
         return None
     return table

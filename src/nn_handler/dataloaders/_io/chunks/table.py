@@ -10,6 +10,8 @@ while the kernel copies).
 The file's descriptor is opened lazily in each process (a forked worker opens its own; pickles
 carry none), and the file is checked to still be the one the table was read from (the same
 file, ``FileIdentity.same_file``, and a size no smaller than every chunk's end) before it is used.
+An object in a store (``remote/``) is checked by the store instead: every range request is
+conditional on the version recorded at open, so its errors pass through as they are.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import h5py
 import numpy as np
 
 from ..errors import FileChangedError
-from ..file.byte_source import LocalFile
+from ..file.byte_source import ByteSource, LocalFile
 from ..file.chunk_index import ChunkIndex, read_chunk_index
-from ..file.identity import FileIdentity, identity_of_fd
+from ..file.identity import FileIdentity, SourceIdentity, identity_of_fd
 from ..process import PerProcess
 
 __all__ = [
@@ -46,12 +48,12 @@ class ChunkTable:
 
     def __init__(
         self,
-        file: LocalFile,
+        file: ByteSource,
         key: str,
         offsets: np.ndarray[Any, Any],
         sizes: np.ndarray[Any, Any],
         masks: np.ndarray[Any, Any],
-        identity: FileIdentity,
+        identity: SourceIdentity | None,
     ) -> None:
         self.file, self.path, self.key = file, file.name, key
         self.offsets, self.sizes, self.masks = offsets, sizes, masks
@@ -63,28 +65,34 @@ class ChunkTable:
 
     @classmethod
     def build(
-        cls, dset: h5py.Dataset, path: str, index: ChunkIndex | None = None
+        cls, dset: h5py.Dataset, path: str | ByteSource, index: ChunkIndex | None = None
     ) -> ChunkTable | None:
         """The table of ``dset``; None when a chunk splits rows or is not written.
 
         Args:
             dset: The dataset.
-            path: Its file (read with ``preadv``).
+            path: Its file (read with ``preadv``), or the ``ByteSource`` of its bytes (an
+                object in a store).
             index: The chunk index the layout check walked (``Layout.chunks``); walked here
                 when None.
 
         Raises:
             ChunkTableError: a chunk's bytes would lie past the end of the file.
         """
+        name = path if isinstance(path, str) else path.name
         if index is None:
-            index = read_chunk_index(dset, f"dataset {dset.name!r} of {path!r}")
+            index = read_chunk_index(dset, f"dataset {dset.name!r} of {name!r}")
         blocks = index.row_blocks(tuple(dset.shape), tuple(dset.chunks))
         if blocks is None:
             return None  # rows split across chunks, or unwritten chunks: leave them to HDF5
         offsets, sizes, masks = blocks.offsets, blocks.sizes, blocks.masks
-        identity = FileIdentity.of_path(path)
-        table = cls(LocalFile(path), dset.name, offsets, sizes, masks, identity)
-        table._check_size(identity.size)
+        if isinstance(path, str):
+            identity: SourceIdentity | None = FileIdentity.of_path(path)
+            file: ByteSource = LocalFile(path)
+        else:
+            file, identity = path, path.identity
+        table = cls(file, dset.name, offsets, sizes, masks, identity)
+        table._check_size(file.size() if identity is None else identity.size)
         return table
 
     def read(self, block: int) -> tuple[np.ndarray[Any, Any], int]:
@@ -130,6 +138,8 @@ class ChunkTable:
         try:
             self.file.read_ranges(ranges, buffers)
         except FileChangedError as exc:
+            if not isinstance(self.file, LocalFile):
+                raise  # a store's own error: it names the URL and what changed
             raise ChunkTableError(
                 f"{self.path!r}, dataset {self.key!r}: chunks {list(blocks)[:8]} should lie at "
                 f"bytes {ranges[:8]}, but the file ends before that; the file changed since it "
@@ -138,6 +148,9 @@ class ChunkTable:
             ) from exc
 
     def _check_file(self) -> bool:
+        if not isinstance(self.file, LocalFile) or not isinstance(self._identity, FileIdentity):
+            self._check_size(self.file.size())  # a store: each request checks the version
+            return True
         current = identity_of_fd(self.file.descriptor())
         if not self._identity.same_file(current):
             raise ChunkTableError(

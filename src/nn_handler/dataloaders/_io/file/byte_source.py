@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import FileChangedError
 from ..process import PerProcess
-from .identity import FileIdentity, check_identity, identity_of_fd
+from .identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
 
 __all__ = ["Buffer", "ByteSource", "LocalFile", "Mappable", "MappedFile"]
 
@@ -52,8 +52,8 @@ class ByteSource(Protocol):
         """The file, for messages."""
 
     @property
-    def identity(self) -> FileIdentity | None:
-        """The file as the dataset saw it when built (None: not recorded)."""
+    def identity(self) -> SourceIdentity | None:
+        """The file (or object version) as the dataset saw it when built (None: not recorded)."""
 
     def size(self) -> int:
         """Bytes in the file now."""

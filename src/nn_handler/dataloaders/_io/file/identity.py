@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import FileChangedError
 
-__all__ = ["FileIdentity", "check_identity", "identity_of_fd"]
+__all__ = ["FileIdentity", "ObjectVersion", "SourceIdentity", "check_identity", "identity_of_fd"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,39 @@ class FileIdentity:
             and st.st_ino == self.ino
             and st.st_dev == self.dev
         )
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """One version of an object in a store: its size and what the store calls that version.
+
+    ``etag`` is the store's entity tag (quotes kept, as sent in ``If-Match``); ``version`` the
+    store's version id or generation when it keeps versions; ``modified`` the Last-Modified
+    text for stores that give neither. Two reads of one version see the same bytes.
+    """
+
+    size: int
+    etag: str | None = None
+    version: str | None = None
+    modified: str | None = None
+
+    def as_record(self) -> dict[str, int | str | None]:
+        """The version as a JSON-able dict."""
+        return {
+            "size": self.size,
+            "etag": self.etag,
+            "version": self.version,
+            "modified": self.modified,
+        }
+
+    def describe(self) -> str:
+        """A short text for messages: size and whichever tags the store gave."""
+        tags = [f"{k}={v!r}" for k, v in self.as_record().items() if v is not None]
+        return ", ".join(tags)
+
+
+#: What a ``ByteSource`` records about its bytes: a local file's or a stored object's identity.
+SourceIdentity = FileIdentity | ObjectVersion
 
 
 def identity_of_fd(fd: int) -> FileIdentity:

@@ -15,6 +15,7 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
@@ -23,6 +24,7 @@ import h5py
 from ...._validate import (
     check_choice,
     check_non_negative_int,
+    check_positive_int,
     check_probability,
     format_names,
 )
@@ -34,8 +36,10 @@ from ..errors import (
     is_writer_flag_error,
 )
 from ..process import PerProcess
+from ..remote.file_object import SourceFile
+from ..remote.urls import is_url
 from .byte_source import ByteSource, LocalFile
-from .identity import FileIdentity, check_identity, identity_of_fd
+from .identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
 
 __all__ = [
     "FileOptions",
@@ -75,6 +79,13 @@ class FileOptions:
         allow_external_files: Read datasets whose data lies in other files outside the data
             file's directory (external links, external storage, virtual-dataset sources).
             Off by default: a file could otherwise serve ``/etc/passwd`` as samples.
+        storage_options: For a URL (``s3://``, ``gs://``, ``https://``, …): passed to the
+            fsspec filesystem (credentials, endpoint, …), as pandas and xarray take them.
+            None: credentials from the environment.
+        cache_dir: For a URL: a node-local directory that every process on the node shares
+            to cache the object's bytes (see ``docs/remote.md``). None: nothing is written.
+        cache_limit: Most bytes ``cache_dir`` may hold (least recently used objects not in use
+            are evicted). None: no cap.
     """
 
     rdcc_nbytes: int = 256 * 1024**2
@@ -83,6 +94,9 @@ class FileOptions:
     swmr: bool = True
     locking: LockingMode = "best-effort"
     allow_external_files: bool = False
+    storage_options: Mapping[str, Any] | None = field(default=None, hash=False)
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
         check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
@@ -95,6 +109,19 @@ class FileOptions:
                 f"allow_external_files must be True or False, got {self.allow_external_files!r}"
             )
         check_choice("locking", self.locking, _LOCKING_CHOICES)
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise TypeError(
+                f"storage_options must be a dict of fsspec options or None, got "
+                f"{self.storage_options!r}"
+            )
+        if self.cache_dir is not None:
+            if not isinstance(self.cache_dir, str | os.PathLike):
+                raise TypeError(
+                    f"cache_dir must be a directory path or None, got {self.cache_dir!r}"
+                )
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        if self.cache_limit is not None:
+            check_positive_int("cache_limit", self.cache_limit)
 
 
 @dataclass
@@ -110,37 +137,49 @@ class H5Source:
     """A lazily opened, fork-aware and picklable handle on one HDF5 file.
 
     Args:
-        path: Path of the HDF5 file, or a seekable binary file object (for example one from
-            fsspec). File objects are read through h5py only and must be picklable to reach
-            spawn / forkserver workers.
+        path: Path of the HDF5 file; a URL (``s3://bucket/key``, ``gs://``, ``az://``,
+            ``https://``, any fsspec URL: read by byte ranges, see ``options.storage_options``
+            and ``options.cache_dir``); or a seekable binary file object (for example one from
+            fsspec), read through h5py only and picklable to reach spawn / forkserver workers.
         options: How to open the file.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        RemoteAccessError: a URL's store finds no credentials or refuses them.
         IsADirectoryError: ``path`` is a directory.
         OSError: ``path`` exists but is not an HDF5 file.
     """
 
     def __init__(self, path: str | os.PathLike[str] | IO[bytes], options: FileOptions) -> None:
         self._fileobj: IO[bytes] | None = None
+        self._remote: ByteSource | None = None
+        #: the file as it was when first opened (what layouts were computed from)
+        self.identity: SourceIdentity | None = None
         if hasattr(path, "read") and hasattr(path, "seek"):
             self._fileobj = path  # type: ignore[assignment]
             self.path = f"<file object {type(path).__name__}>"
+        elif is_url(path):
+            self.path = os.fspath(path)
+            self._remote = _open_remote(self.path, options)
+            self.identity = self._remote.identity
         else:
             self.path = os.fspath(path)
             _check_is_hdf5(self.path)
         self.options = options
         self._lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
         self._open_file: PerProcess[_OpenFile] = PerProcess()
-        #: the file as it was when first opened (what layouts were computed from)
-        self.identity: FileIdentity | None = None
         #: a SWMR writer held the file when it was first opened: it may grow while we read
         self.may_grow = False
 
     @property
     def is_path(self) -> bool:
-        """True when the source is a file on disk (not a file object)."""
-        return self._fileobj is None
+        """True when the source is a file on disk (not a file object, not a URL)."""
+        return self._fileobj is None and self._remote is None
+
+    @property
+    def is_remote(self) -> bool:
+        """True when the source is a URL, read by byte ranges (and cached, with a cache_dir)."""
+        return self._remote is not None
 
     @property
     def is_open(self) -> bool:
@@ -237,8 +276,8 @@ class H5Source:
         file closed (the next open checks).
         """
         opened, recorded = self._open_file.peek(), self.identity
-        if opened is None or opened.fd < 0 or recorded is None:
-            return False
+        if opened is None or opened.fd < 0 or not isinstance(recorded, FileIdentity):
+            return False  # (an object's every read is conditional on its version instead)
         fd = opened.fd
         try:
             st = os.fstat(fd)
@@ -252,9 +291,12 @@ class H5Source:
     def byte_source(self) -> ByteSource | None:
         """The file's bytes for our own reads of data (None for a file object: h5py reads it).
 
-        Checked against ``identity`` as recorded now (call it after the first open).
+        A URL's source reads by ranges (through the node's cache with a ``cache_dir``); a local
+        file's is checked against ``identity`` as recorded now (call it after the first open).
         """
-        if not self.is_path:
+        if self._remote is not None:
+            return self._remote
+        if not self.is_path or not isinstance(self.identity, FileIdentity | None):
             return None
         return LocalFile(self.path, self.identity, growing=self.may_grow)
 
@@ -301,6 +343,8 @@ class H5Source:
     def _open(self) -> _OpenFile:
         load_plugins()
         target: Any = self._fileobj if self._fileobj is not None else self.path
+        if self._remote is not None:  # h5py reads the metadata through the same (cached) bytes
+            target = SourceFile(self._remote)
         opts = self.options
         kwargs: dict[str, Any] = {
             "rdcc_nbytes": opts.rdcc_nbytes,
@@ -338,7 +382,7 @@ class H5Source:
             current = identity_of_fd(fd)
         except (OSError, TypeError, ValueError):
             return -1
-        if self.identity is None:
+        if not isinstance(self.identity, FileIdentity):
             self.identity = current
             self.may_grow = bool(handle.swmr_mode)
         else:
@@ -353,6 +397,17 @@ class H5Source:
     def __repr__(self) -> str:
         status = "open" if self.is_open else "closed"
         return f"H5Source({self.path!r}, {status})"
+
+
+def _open_remote(url: str, options: FileOptions) -> ByteSource:
+    """The object at ``url`` as a ``ByteSource``: its version asked for now, cached if asked."""
+    from ..remote.cached_file import CachedFile
+    from ..remote.object_file import RemoteFile
+
+    remote = RemoteFile(url, options.storage_options)
+    if options.cache_dir is None:
+        return remote
+    return CachedFile(remote, os.fspath(options.cache_dir), options.cache_limit)
 
 
 def dataset_keys(group: h5py.Group) -> list[str]:

@@ -41,6 +41,7 @@ from ..file.source import H5Source
 from ..file.verify import agrees_with_hdf5, probe_rows
 from ..indices import IndexArray, as_index_array, normalize_index, plan_slabs
 from ..process import PerProcess
+from .ranged import RangedRows
 
 __all__ = ["RowReader"]
 
@@ -83,12 +84,21 @@ class RowReader:
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
         self._blocks = None if self._mapped is not None else _block_reader(dset, source, layout)
+        self._ranged = _ranged_rows(dset, source, layout) if self._blocks is None else None
+        if self._ranged is not None and not self._ranged_agrees(dset):
+            self._ranged = None
 
     @property
     def strategy(self) -> str:
-        """``"memmap"``, ``"decode"``, ``"chunks"`` or ``"slabs"`` (fixed when built)."""
+        """``"memmap"``, ``"ranges"``, ``"decode"``, ``"chunks"`` or ``"slabs"`` (fixed when built).
+
+        ``"ranges"``: contiguous data of a file in an object store, read by byte ranges
+        (``ranged.py``).
+        """
         if self._mapped is not None:
             return "memmap"
+        if self._ranged is not None:
+            return "ranges"
         if self._blocks is None:
             return "slabs"
         return "decode" if self._blocks.decodes else "chunks"
@@ -143,6 +153,8 @@ class RowReader:
         out = self._output(len(idx), out)
         if self._blocks is not None and idx.size:
             return self._blocks.read(self._dataset(), idx, out)
+        if self._ranged is not None:
+            return self._ranged.read(idx, out)
         if idx.size == 0 or _is_strictly_increasing(idx):
             return self._read_sorted(idx, out)
         uniq, inverse = np.unique(idx, return_inverse=True)
@@ -157,7 +169,7 @@ class RowReader:
         if self._mapped is not None:
             one = np.array([i], dtype=np.int64)
             return self._gather_mapped(one, checked).reshape(self.row_shape)
-        if self._blocks is not None:
+        if self._blocks is not None or self._ranged is not None:
             return self.read(np.array([i], dtype=np.int64)).reshape(self.row_shape)
         row = self._dataset()[i]
         return np.array(row, dtype=self.dtype, copy=True)
@@ -178,6 +190,8 @@ class RowReader:
             self._copy_mapped_range(start, stop, out, checked)
         elif self._blocks is not None:
             self._blocks.read_range(self._dataset(), start, stop, out)
+        elif self._ranged is not None and out.flags.c_contiguous:
+            self._ranged.read_range(start, stop, out)
         else:
             self._read_slab_into(self._dataset(), start, stop, out)
         return out
@@ -350,6 +364,13 @@ class RowReader:
             dset.read_direct(buf, np.s_[start:stop])
         return buf
 
+    def _ranged_agrees(self, dset: h5py.Dataset) -> bool:
+        assert self._ranged is not None
+        ranged, probe = self._ranged, probe_rows(self.length)
+        out = self._output(probe.size, None)
+        agrees, _ = agrees_with_hdf5(dset, lambda _rows: ranged.read(probe, out), probe)
+        return agrees
+
     def _memmap_agrees(self, dset: h5py.Dataset) -> bool:
         probe = probe_rows(self.length)
         agrees, _ = agrees_with_hdf5(dset, lambda _rows: self._gather_mapped(probe), probe)
@@ -387,6 +408,17 @@ def _mapped_end(mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: 
 
 def _is_strictly_increasing(idx: IndexArray) -> bool:
     return bool(idx.size < 2 or np.all(idx[1:] > idx[:-1]))
+
+
+def _ranged_rows(dset: h5py.Dataset, source: H5Source, layout: Layout) -> RangedRows | None:
+    """Byte-range reads for contiguous data of a file in an object store, or None."""
+    file = source.byte_source() if source.is_remote else None
+    if file is None or layout.contiguous_offset is None or not layout.fast_paths_allowed:
+        return None
+    if dset.dtype.hasobject or dset.is_virtual or dset.shape[0] == 0:
+        return None
+    shape = tuple(int(s) for s in dset.shape)
+    return RangedRows(file, layout.contiguous_offset, shape[0], shape[1:], dset.dtype)
 
 
 def _mapped_layout(

@@ -1,0 +1,1 @@
+"""HDF5 files where they live: object stores and HTTP servers, read by byte ranges."""

@@ -1,0 +1,244 @@
+"""RemoteFile: one object in a store (or one file on an HTTP server) as a ``ByteSource``.
+
+The object's version (size + ETag, version id or date) is recorded once, when the first
+``RemoteFile`` for it is made, and travels with every copy (pickles, forked workers); every
+range request is conditional on it (``s3.py``, ``http.py``), so a replaced object fails the
+first read after the change with a ``FileChangedError`` naming the URL: never new bytes at old
+offsets, never a mix of versions.
+
+A ``read_ranges`` call is planned as few requests as possible (``ranges.plan_requests``: near
+neighbours merged, long runs split) and all of them are sent at once, up to
+``RetryPolicy.concurrency`` in flight, on fsspec's event loop thread. TransientError failures are
+retried with backoff until ``RetryPolicy.total_s``; then, or at once for a failure no retry can
+fix, a ``RemoteReadError`` names the URL, the range, the last status and what was tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import FileChangedError, RemoteAccessError, RemoteReadError
+from ..file.byte_source import Buffer
+from ..file.identity import ObjectVersion
+from ..process import PerProcess
+from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
+from .generic import Fetcher
+from .ranges import Request, plan_requests
+from .stores import credentials_hint, open_fetcher
+from .urls import safe_url
+
+__all__ = ["RemoteFile"]
+
+
+class RemoteFile:
+    """An object read by byte ranges; a ``ByteSource`` (see the module docstring).
+
+    Args:
+        url: ``s3://bucket/key``, ``https://host/path``, ``gs://…``, or any fsspec URL.
+        storage_options: Passed to the fsspec filesystem (credentials, endpoint, …).
+        version: The version to read; None: the current one, asked for now.
+        policy: Time limits, retries, request merging and concurrency.
+
+    Raises:
+        FileNotFoundError: no object at ``url``.
+        RemoteAccessError: credentials are missing or refused (the message says what to set).
+        RemoteReadError: the store kept failing while the version was asked for.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        version: ObjectVersion | None = None,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.policy = policy or RetryPolicy()
+        self._fetcher: PerProcess[Fetcher] = PerProcess()
+        #: requests sent and bytes received by this object in this process (tests, benchmarks)
+        self.requests = 0
+        self.fetched_bytes = 0
+        self._version = version if version is not None else self._head()
+
+    @property
+    def name(self) -> str:
+        """The URL, without user info or query string."""
+        return safe_url(self.url)
+
+    @property
+    def identity(self) -> ObjectVersion:
+        """The version recorded at open (every read is conditional on it)."""
+        return self._version
+
+    def size(self) -> int:
+        """Bytes in the recorded version (a read of a changed object fails instead)."""
+        return self._version.size
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """Fill each buffer with its range of the object (see ``ByteSource.read_ranges``).
+
+        Raises:
+            ValueError: a buffer's size is not its range's length, or a range is negative.
+            FileChangedError: a range ends past the object's end, or the object changed.
+            RemoteReadError: the store kept failing (after retries within the time bound).
+            RemoteAccessError: the credentials were refused.
+        """
+        views = _check_buffers(ranges, buffers)
+        self._check_ends(ranges)
+        plan = plan_requests(ranges, gap=self.policy.gap, max_request=self.policy.max_request)
+        if not plan:
+            return
+        fetched = self._run(self._fetch_all(plan))
+        for request, data in zip(plan, fetched, strict=True):
+            for k in request.members:
+                offset, length = ranges[k]
+                start = offset - request.start
+                views[k][:] = np.frombuffer(data, np.uint8, length, start)
+
+    def close(self) -> None:
+        """Drop this process's client (connections close; the next read opens new ones)."""
+        self._fetcher.pop()
+
+    def fetcher(self) -> Fetcher:
+        """This process's fetcher (made on first use: see ``stores.open_fetcher``)."""
+        return self._fetcher.get_or_make(
+            lambda: open_fetcher(self.url, self.storage_options, self.policy)
+        )
+
+    def _head(self) -> ObjectVersion:
+        fetcher = self.fetcher()
+        version: ObjectVersion = self._run(self._retry(fetcher.head, "the object's size and ETag"))
+        return version
+
+    def _check_ends(self, ranges: Sequence[tuple[int, int]]) -> None:
+        end = max((o + n for o, n in ranges), default=0)
+        if end > self._version.size:
+            raise FileChangedError(
+                f"{self.name!r} has {self._version.size} bytes, but bytes up to {end} were "
+                "asked for: the offsets came from another version of the object. Build the "
+                "dataset again",
+                self.name,
+            )
+
+    async def _fetch_all(self, plan: list[Request]) -> list[bytes]:
+        limit = asyncio.Semaphore(self.policy.concurrency)
+        fetcher = self.fetcher()
+
+        async def one(start: int, end: int) -> bytes:
+            async with limit:
+                what = f"bytes [{start}, {end})"
+                data: bytes = await self._retry(lambda: self._get(fetcher, start, end), what)
+                return data
+
+        async def request(req: Request) -> bytes:
+            step = self.policy.max_request
+            parts = [(s, min(s + step, req.end)) for s in range(req.start, req.end, step)]
+            got = await asyncio.gather(*(one(s, e) for s, e in parts))
+            return got[0] if len(got) == 1 else b"".join(got)
+
+        return list(await asyncio.gather(*(request(r) for r in plan)))
+
+    async def _get(self, fetcher: Fetcher, start: int, end: int) -> bytes:
+        self.requests += 1
+        data = await fetcher.get(start, end, self._version)
+        if len(data) != end - start:
+            raise TransientError("short reply", f"got {len(data)} of {end - start} bytes")
+        self.fetched_bytes += len(data)
+        return data
+
+    async def _retry(self, attempt: Any, what: str) -> Any:
+        """Run ``attempt()`` until it succeeds, retrying transient failures within the bound."""
+        policy, began, tries = self.policy, time.monotonic(), 0
+        while True:
+            tries += 1
+            try:
+                return await asyncio.wait_for(attempt(), policy.attempt_s)
+            except TimeoutError:
+                failure: RequestError = TransientError(
+                    "time-out", f"no reply in {policy.attempt_s}s"
+                )
+            except TransientError as exc:
+                failure = exc
+            except RequestError as exc:
+                raise self._error(exc, what, tries, time.monotonic() - began) from exc
+            pause = policy.backoff(tries)
+            if time.monotonic() - began + pause >= policy.total_s:
+                raise self._error(failure, what, tries, time.monotonic() - began) from failure
+            await asyncio.sleep(pause)
+
+    def _error(self, failure: RequestError, what: str, tries: int, spent: float) -> OSError:
+        tried = f"{tries} attempt{'s' if tries > 1 else ''} over {spent:.1f}s"
+        if isinstance(failure, ChangedError) and getattr(self, "_version", None) is None:
+            return FileNotFoundError(
+                errno.ENOENT, f"no object at url={self.name!r} ({failure})", self.name
+            )
+        if isinstance(failure, ChangedError):
+            return FileChangedError(
+                f"{self.name!r} changed after the dataset was built (reading {what}: "
+                f"{failure}; recorded at open: {self._version_text()}); the offsets read from "
+                "it no longer hold. Build the dataset again (and write a new object rather than "
+                "replacing one while a loader reads it)",
+                self.name,
+            )
+        if isinstance(failure, DeniedError):
+            return RemoteAccessError(
+                f"{self.name!r} refused access while reading {what} ({failure}): "
+                f"{credentials_hint(self.url)}",
+                self.name,
+            )
+        kind = "kept failing" if isinstance(failure, TransientError) else "failed"
+        return RemoteReadError(
+            f"{self.name!r} {kind} while reading {what}: last status {failure.status} "
+            f"({failure.detail}); {tried}, each attempt limited to {self.policy.attempt_s}s "
+            f"and all within {self.policy.total_s}s (RetryPolicy)",
+            self.name,
+        )
+
+    def _version_text(self) -> str:
+        version = getattr(self, "_version", None)
+        return version.describe() if version is not None else "not yet recorded"
+
+    def _run(self, coro: Any) -> Any:
+        """Run ``coro`` on fsspec's event loop thread and wait (bounded) for its result."""
+        from fsspec.asyn import get_loop, sync
+
+        fs = getattr(self.fetcher(), "fs", None)
+        loop = getattr(fs, "loop", None) or get_loop()
+        try:
+            return sync(loop, lambda: coro, timeout=self.policy.total_s + self.policy.attempt_s)
+        except TimeoutError as exc:  # fsspec's FSTimeoutError: the bound itself ran out
+            raise RemoteReadError(
+                f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"RemoteFile({self.name!r}, {self._version_text()})"
+
+
+def _check_buffers(
+    ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]
+) -> list[np.ndarray[Any, np.dtype[np.uint8]]]:
+    """Flat byte views of ``buffers``, checked against ``ranges``."""
+    if len(ranges) != len(buffers):
+        raise ValueError(f"{len(ranges)} ranges but {len(buffers)} buffers")
+    views = []
+    for (offset, length), buf in zip(ranges, buffers, strict=True):
+        view = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
+        if not view.flags.c_contiguous or not view.flags.writeable:
+            raise ValueError("buffers must be writable and C-contiguous")
+        flat = view.reshape(-1).view(np.uint8)
+        if offset < 0 or length < 0 or flat.nbytes != length:
+            raise ValueError(
+                f"range (offset={offset}, length={length}) needs a buffer of {length} bytes, "
+                f"got {flat.nbytes} bytes"
+            )
+        views.append(flat)
+    return views

@@ -1,0 +1,62 @@
+"""Which requests to send for a batch of byte ranges: neighbours merged, long runs split.
+
+Every request to an object store costs a round trip (tens of milliseconds) whatever its size,
+while a few hundred kilobytes more cost about a millisecond. So ranges whose gap is at most
+``gap`` bytes go in one request (the gap's bytes are fetched and dropped), and a request is cut
+at ``max_request`` bytes so that one long run is fetched by several requests at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Request", "plan_requests"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """Bytes ``[start, end)`` of the object, serving ``members`` (indices into the ranges)."""
+
+    start: int
+    end: int
+    members: tuple[int, ...]
+
+
+def plan_requests(
+    ranges: Sequence[tuple[int, int]], *, gap: int, max_request: int
+) -> list[Request]:
+    """The requests that cover every non-empty range in ``ranges``.
+
+    Ranges are sorted by offset; touching or overlapping ones are always merged, and one that
+    starts at most ``gap`` bytes after the run's end joins it while the run stays within
+    ``max_request`` bytes. A request may so exceed ``max_request`` only where it has no holes
+    (the caller splits long transfers).
+
+    Args:
+        ranges: ``(offset, length)`` pairs, in any order, overlapping or not.
+        gap: Largest hole (bytes) fetched to save a request.
+        max_request: Largest merged request (bytes).
+
+    Returns:
+        Requests in offset order; each range index is a member of exactly one request (empty
+        ranges of none).
+    """
+    order = sorted((r for r in range(len(ranges)) if ranges[r][1] > 0), key=lambda r: ranges[r])
+    requests: list[Request] = []
+    start = end = -1
+    members: list[int] = []
+    for k in order:
+        offset, length = ranges[k]
+        stop = offset + length
+        touching = offset <= end  # overlapping or adjacent: merging adds no bytes
+        if members and (touching or (offset <= end + gap and stop - start <= max_request)):
+            end = max(end, stop)
+            members.append(k)
+            continue
+        if members:
+            requests.append(Request(start, end, tuple(members)))
+        start, end, members = offset, stop, [k]
+    if members:
+        requests.append(Request(start, end, tuple(members)))
+    return requests

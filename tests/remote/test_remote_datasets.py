@@ -1,0 +1,236 @@
+"""Datasets on URLs against real servers: the same samples as the local file, byte for byte."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from nn_handler import cli
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    CombinedHDF5Dataset,
+    FileChangedError,
+    H5LazyDataset,
+    H5SampleDataset,
+    H5SparseDataset,
+    RankMemCachedH5Dataset,
+    RemoteReadError,
+    batched_loader,
+)
+from nn_handler.dataloaders._io.remote import object_file
+from nn_handler.dataloaders._io.remote.failures import RetryPolicy
+from nn_handler.dataloaders._io.rows import ranged
+
+from helpers.object_servers import put_object
+from helpers.recordings import write_recording
+from helpers.samples import trajectories, write_samples
+from helpers.sparse_files import write_anndata
+
+N, WIDTH, CHUNK = 3000, 16, 64
+
+
+def _write(path, seed=0, n=N):
+    rng = np.random.default_rng(seed)
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "x",
+            data=rng.standard_normal((n, WIDTH)).astype(np.float32),
+            chunks=(CHUNK, WIDTH),
+            compression="gzip",
+        )
+        f.create_dataset("y", data=rng.integers(0, 10, n))  # contiguous
+    return path
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp("local") / "f.h5")
+
+
+@pytest.fixture(scope="module")
+def s3_url(s3, local):
+    put_object(s3, "data", "f.h5", local.read_bytes())
+    return "s3://data/f.h5"
+
+
+def _epoch(ds, workers, seed=3):
+    sampler = ChunkShuffleSampler(ds, seed=seed, world_size=1, rank=0)
+    loader = batched_loader(ds, 100, sampler=sampler, num_workers=workers)
+    xs, ys = zip(*loader, strict=True)
+    order = np.asarray(list(ChunkShuffleSampler(ds, seed=seed, world_size=1, rank=0)))
+    return torch.cat(xs).numpy(), torch.cat(ys).numpy(), order
+
+
+def test_s3_single_rows_and_lists_equal_the_local_file(s3, s3_url, local):
+    remote = H5LazyDataset(s3_url, "x", "y", storage_options=s3)
+    mine = H5LazyDataset(local, "x", "y")
+    for i in (0, 63, 64, 1777, N - 1):
+        assert all(torch.equal(a, b) for a, b in zip(remote[i], mine[i], strict=True))
+    rows = [5, 2999, 64, 5, 1200, 0]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_s3_chunk_shuffle_epoch_equals_the_local_file(s3, s3_url, local, workers, tmp_path):
+    remote = H5LazyDataset(s3_url, "x", "y", storage_options=s3, cache_dir=tmp_path / "c")
+    x, y, order = _epoch(remote, workers)
+    with h5py.File(local) as f:
+        assert np.array_equal(x, f["x"][:][order])
+        assert np.array_equal(y, f["y"][:][order])
+    assert sorted(order.tolist()) == list(range(N))
+
+
+def test_rank_cache_on_s3_equals_the_local_file(s3, s3_url, local):
+    remote = RankMemCachedH5Dataset(s3_url, "x", "y", storage_options=s3, rank=0, world_size=1)
+    mine = RankMemCachedH5Dataset(local, "x", "y", rank=0, world_size=1)
+    rows = list(range(0, N, 7))
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+
+
+@pytest.mark.slow  # DataLoader workers
+@pytest.mark.timeout(120)
+def test_second_epoch_reads_from_the_cache_only(http, tmp_path):
+    _write(http.root / "f.h5")
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    first = _epoch(ds, 0)
+    requests = http.requests
+    second = _epoch(ds, 2)  # new worker processes: they open the cached entry
+    assert http.requests == requests
+    assert np.array_equal(first[0], second[0])
+
+
+def test_a_second_dataset_on_the_node_fetches_only_the_version(http, tmp_path):
+    _write(http.root / "f.h5")
+    _epoch(H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c"), 0)
+    requests = http.requests
+    again = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    _epoch(again, 0)
+    assert http.requests == requests + 1  # the version check at construction
+
+
+def test_object_replaced_between_reads_fails_naming_the_url(http):
+    _write(http.root / "f.h5", n=30_000)  # 2 MB: more than the metadata reads bring along
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    assert ds[0]
+    _write(http.root / "f.h5", seed=1, n=30_000)  # same shape, other bytes
+    with pytest.raises(FileChangedError, match=r"f\.h5.*changed after"):
+        ds[list(range(0, 30_000, 1000))]
+
+
+@pytest.mark.timeout(60)
+def test_server_stopped_mid_epoch_fails_within_the_bound(http, monkeypatch):
+    monkeypatch.setattr(object_file, "RetryPolicy", lambda: RetryPolicy(total_s=2, attempt_s=1))
+    _write(http.root / "f.h5", n=30_000)
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    sampler = ChunkShuffleSampler(ds, window_chunks=2, world_size=1, rank=0)
+    loader = batched_loader(ds, 100, sampler=sampler)
+    batches = iter(loader)
+    next(batches)
+    http.stop()
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"f\.h5"):
+        for _ in batches:
+            pass
+    assert time.monotonic() - began < 10
+
+
+def test_unknown_protocol_and_bad_options_are_explained(tmp_path):
+    with pytest.raises((ValueError, ImportError), match="nosuchproto"):
+        H5LazyDataset("nosuchproto://b/f.h5", "x")
+    with pytest.raises(TypeError, match="storage_options"):
+        H5LazyDataset("s3://b/f.h5", "x", storage_options=["key"])
+    with pytest.raises(ValueError, match="cache_limit"):
+        H5LazyDataset("s3://b/f.h5", "x", cache_limit=0)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_contiguous_rows_are_read_by_ranges(http, monkeypatch, whole):
+    if not whole:  # every batch by ranges, not the whole dataset once
+        monkeypatch.setattr(ranged, "WHOLE_BYTES", 0)
+    path = _write(http.root / "f.h5")
+    remote = H5LazyDataset(http.url("f.h5"), "y", "x")
+    assert remote._x.strategy == "ranges"
+    mine = H5LazyDataset(path, "y", "x")
+    rows = [2999, 5, 6, 7, 5, 100, 0]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+    assert torch.equal(remote[17][0], mine[17][0])
+
+
+def test_every_dataset_class_reads_a_url_like_the_file(http, tmp_path):
+    write_samples(http.root / "s.h5", trajectories(12))
+    write_recording(http.root / "r.h5", 30, seed=1, uid_start=0, guid_kind="vlen-str")
+    write_anndata(http.root / "a.h5ad", "csr-gzip")
+    cache = {"cache_dir": tmp_path / "c"}
+    sample = H5SampleDataset(http.url("s.h5"), **cache)
+    assert len(sample) == len(H5SampleDataset(http.root / "s.h5"))
+    assert torch.equal(sample[3]["data"], H5SampleDataset(http.root / "s.h5")[3]["data"])
+    combined = CombinedHDF5Dataset([http.url("r.h5")], **cache)
+    mine = CombinedHDF5Dataset([http.root / "r.h5"])
+    for key, value in mine[7].items():
+        got = combined[7][key]
+        if torch.is_tensor(value):  # (recordings hold NaN gaps)
+            torch.testing.assert_close(got, value, rtol=0, atol=0, equal_nan=True)
+        else:
+            assert got == value
+    sparse = H5SparseDataset(http.url("a.h5ad"), **cache)
+    assert torch.equal(sparse[[0, 5, 9]], H5SparseDataset(http.root / "a.h5ad")[[0, 5, 9]])
+
+
+def test_inspect_reads_a_url(http, capsys):
+    _write(http.root / "f.h5")
+    assert cli.main(["inspect", http.url("f.h5")]) == 0
+    out = capsys.readouterr().out
+    assert http.url("f.h5") in out
+    assert "reads: decode" in out
+
+
+def test_readahead_asks_for_a_window_of_chunks_in_one_call(http, monkeypatch):
+    _write(http.root / "f.h5", n=30_000)
+    calls: list[int] = []
+    read_ranges = object_file.RemoteFile.read_ranges
+
+    def counting(self, ranges, buffers):
+        calls.append(len(ranges))
+        return read_ranges(self, ranges, buffers)
+
+    monkeypatch.setattr(object_file.RemoteFile, "read_ranges", counting)
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    calls.clear()  # construction: metadata, one chunk checked against h5py
+    sampler = ChunkShuffleSampler(ds, window_chunks=16, world_size=1, rank=0)
+    for _ in batched_loader(ds, 100, sampler=sampler):
+        pass
+    chunks = -(-30_000 // CHUNK)
+    assert sum(n for n in calls if n >= 8) >= 0.9 * chunks  # windows, not chunk by chunk
+    assert len([n for n in calls if n]) < chunks / 4
+
+
+def test_a_pickled_dataset_reopens_the_url_and_its_cache(http, tmp_path):
+    path = _write(http.root / "f.h5")
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    rows = [3, 2000, 64]
+    first = ds[rows]
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawn / forkserver worker gets
+    requests = http.requests
+    again = copy[rows]
+    assert http.requests == requests  # the same version, read from the node's cache
+    mine = H5LazyDataset(path, "x", "y")[rows]
+    assert all(torch.equal(a, b) for a, b in zip(again, mine, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(first, mine, strict=True))
+
+
+def test_any_fsspec_url_reads_through_the_generic_fetcher(tmp_path):
+    import fsspec
+
+    path = _write(tmp_path / "f.h5")
+    fsspec.filesystem("memory").pipe("/bucket/f.h5", path.read_bytes())
+    remote = H5LazyDataset("memory://bucket/f.h5", "x", "y", cache_dir=tmp_path / "c")
+    mine = H5LazyDataset(path, "x", "y")
+    rows = [0, 2999, 640, 7]
+    assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
+    fsspec.filesystem("memory").rm("/bucket/f.h5")

@@ -1,0 +1,200 @@
+"""RemoteFile against real servers: the bytes, the requests, and every way a read can fail."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nn_handler.dataloaders import FileChangedError, RemoteAccessError, RemoteReadError
+from nn_handler.dataloaders._io.remote.failures import RetryPolicy
+from nn_handler.dataloaders._io.remote.intervals import empty, union
+from nn_handler.dataloaders._io.remote.object_file import RemoteFile
+from nn_handler.dataloaders._io.remote.ranges import plan_requests
+
+from helpers.object_servers import put_object, range_server
+
+DATA = np.random.default_rng(7).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+FAST = RetryPolicy(total_s=1.5, attempt_s=1.0, first_backoff_s=0.05)
+
+
+def _read(source, ranges):
+    buffers = [np.empty(n, np.uint8) for _, n in ranges]
+    source.read_ranges(ranges, buffers)
+    return [b.tobytes() for b in buffers]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("www")
+    (root / "f.bin").write_bytes(DATA)
+    with range_server(root) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3_file(s3):
+    put_object(s3, "bkt", "f.bin", DATA)
+    return RemoteFile("s3://bkt/f.bin", s3)
+
+
+RANGES = st.lists(
+    st.tuples(st.integers(0, len(DATA) - 1), st.integers(0, 20_000)).map(
+        lambda r: (r[0], min(r[1], len(DATA) - r[0]))
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ranges=RANGES)
+def test_http_read_ranges_equal_the_bytes(served, ranges):
+    source = RemoteFile(served.url("f.bin"), policy=RetryPolicy(gap=1000, max_request=7000))
+    assert _read(source, ranges) == [DATA[o : o + n] for o, n in ranges]
+
+
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ranges=RANGES)
+def test_s3_read_ranges_equal_the_bytes(s3_file, ranges):
+    assert _read(s3_file, ranges) == [DATA[o : o + n] for o, n in ranges]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 50)), max_size=30),
+    gap=st.integers(0, 40),
+    max_request=st.integers(1, 120),
+)
+def test_plan_requests_covers_each_range_once(ranges, gap, max_request):
+    plan = plan_requests(ranges, gap=gap, max_request=max_request)
+    members = sorted(k for r in plan for k in r.members)
+    assert members == [k for k, (_, n) in enumerate(ranges) if n > 0]
+    for req in plan:
+        assert all(req.start <= ranges[k][0] and sum(ranges[k]) <= req.end for k in req.members)
+        if req.end - req.start > max_request:  # only without holes
+            spans = [(ranges[k][0], sum(ranges[k])) for k in req.members]
+            assert union(empty(), spans).tolist() == [[req.start, req.end]]
+    assert all(a.end <= b.start for a, b in itertools.pairwise(plan))
+
+
+def test_neighbours_are_fetched_together(served):
+    source = RemoteFile(served.url("f.bin"))
+    before = source.requests
+    _read(source, [(1000 * k, 500) for k in range(20)])  # gaps of 500 bytes: one request
+    assert source.requests - before == 1
+
+
+def test_pickled_copy_reads_the_same_version(served):
+    source = RemoteFile(served.url("f.bin"))
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy.identity == source.identity
+    assert _read(copy, [(5, 10)]) == [DATA[5:15]]
+
+
+@pytest.mark.parametrize("store", ["http", "s3"])
+def test_replaced_object_fails_naming_the_url(store, http, s3):
+    if store == "http":
+        (http.root / "g.bin").write_bytes(DATA)
+        source = RemoteFile(http.url("g.bin"))
+        _read(source, [(0, 10)])
+        (http.root / "g.bin").write_bytes(DATA[::-1])
+    else:
+        put_object(s3, "bkt", "g.bin", DATA)
+        source = RemoteFile("s3://bkt/g.bin", s3)
+        _read(source, [(0, 10)])
+        put_object(s3, "bkt", "g.bin", DATA[::-1])
+    with pytest.raises(FileChangedError, match=r"g\.bin.*changed after"):
+        _read(source, [(0, 10)])
+
+
+def test_server_ignoring_if_match_is_caught_by_the_etag(http):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"))
+    http.ignore_conditions = True
+    (http.root / "g.bin").write_bytes(DATA[::-1] + b"x")
+    with pytest.raises(FileChangedError, match="another version"):
+        _read(source, [(0, 10)])
+
+
+@pytest.mark.parametrize("statuses", [[500], [503, 503], [429, 502]])
+def test_transient_statuses_are_retried(http, statuses):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=FAST)
+    http.fail_next = list(statuses)
+    assert _read(source, [(7, 100)]) == [DATA[7:107]]
+
+
+def test_persistent_503_fails_within_the_bound_naming_url_and_status(http):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=FAST)
+    http.fail_next = [503] * 1000
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"g\.bin.*kept failing.*503.*attempts"):
+        _read(source, [(0, 10)])
+    assert time.monotonic() - began < 5
+
+
+def test_short_reply_is_an_error(http):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=FAST)
+    http.short_replies = True
+    with pytest.raises(RemoteReadError, match="short reply"):
+        _read(source, [(0, 100)])
+
+
+@pytest.mark.timeout(60)
+def test_stopped_server_fails_within_the_bound(http):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=FAST)
+    _read(source, [(0, 10)])
+    http.stop()
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"g\.bin"):
+        _read(source, [(0, 10)])
+    assert time.monotonic() - began < 5
+
+
+@pytest.mark.timeout(60)
+def test_stalled_server_fails_within_the_bound(http):
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=RetryPolicy(total_s=1.0, attempt_s=0.3))
+    http.latency_s = 5.0  # every reply later than an attempt may wait
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match="time-out"):
+        _read(source, [(0, 10)])
+    assert time.monotonic() - began < 4
+
+
+def test_missing_object_is_file_not_found(http, s3):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        RemoteFile(http.url("nope.h5"), policy=FAST)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        RemoteFile("s3://bkt/nope.h5", s3, policy=FAST)
+
+
+def test_missing_credentials_name_the_variables(s3, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = {k: v for k, v in s3.items() if k not in ("key", "secret")}
+    options["skip_instance_cache"] = True
+    with pytest.raises(RemoteAccessError, match=r"AWS_ACCESS_KEY_ID.*AWS_SECRET_ACCESS_KEY"):
+        RemoteFile("s3://bkt/f.bin", options, policy=FAST)
+
+
+def test_a_range_past_the_end_is_refused(served):
+    source = RemoteFile(served.url("f.bin"))
+    with pytest.raises(FileChangedError, match="bytes up to"):
+        _read(source, [(len(DATA) - 5, 10)])
