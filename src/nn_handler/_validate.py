@@ -18,6 +18,7 @@ __all__ = [
     "check_choice",
     "check_device",
     "check_int",
+    "check_int_at_most",
     "check_key",
     "check_non_negative_int",
     "check_positive_int",
@@ -74,6 +75,19 @@ def check_positive_int(name: str, value: Any) -> int:
     if result < 1:
         raise ValueError(f"{name} must be >= 1, got {value!r}")
     return result
+
+
+def check_int_at_most(name: str, value: int, limit: int, why: str) -> int:
+    """Return ``value`` when it is ``<= limit``, else raise ``ValueError`` naming ``why``.
+
+    For integers that reach a C API of fixed width (HDF5's ``size_t`` / ``int``), which would
+    otherwise fail with a bare ``OverflowError`` far from the call that set them.
+    """
+    if value > limit:
+        raise ValueError(
+            f"{name}={value!r} is larger than {limit:,}, the largest value {why} takes"
+        )
+    return value
 
 
 def check_probability(name: str, value: Any) -> float:

@@ -75,12 +75,13 @@ class RowBlocks:
     masks: np.ndarray[Any, np.dtype[np.int64]]
 
 
-def read_chunk_index(dset: h5py.Dataset, where: str) -> ChunkIndex:
+def read_chunk_index(dset: h5py.Dataset, where: str, file_size: int | None = None) -> ChunkIndex:
     """Walk ``dset``'s chunk index once (offsets are not checked here: see ``layout.py``).
 
     Args:
         dset: A chunked dataset.
         where: The dataset and its file, for messages.
+        file_size: The file's size in bytes, for messages (None: not known).
 
     Raises:
         CorruptFileError: the index cannot be read, or holds an address no file can have.
@@ -97,11 +98,31 @@ def read_chunk_index(dset: h5py.Dataset, where: str) -> ChunkIndex:
         raise CorruptFileError(
             f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None
         ) from exc
-    try:
-        rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
-    except (OverflowError, TypeError, ValueError) as exc:  # an address past 2**63, or none
-        raise CorruptFileError(f"{where}: its chunk index is damaged ({exc})", None) from exc
+    _check_addresses(found, rank, where, file_size)
+    rows = np.array(found, dtype=np.int64).reshape(len(found), rank + 3)
     return ChunkIndex(rows[:, :rank], rows[:, rank], rows[:, rank + 1], rows[:, rank + 2])
+
+
+def _check_addresses(
+    found: list[tuple[int, ...]], rank: int, where: str, file_size: int | None
+) -> None:
+    """Refuse an entry whose address (or size) no file can have, naming the chunk.
+
+    HDF5 stores addresses as unsigned 64-bit numbers: a forged one (``0xffff…``) would not fit
+    the index's int64 table and, as a Python int, would fail with words about C longs.
+    """
+    limit = int(np.iinfo(np.int64).max)
+    for entry in found:
+        address, nbytes = int(entry[rank]), int(entry[rank + 1])
+        if 0 <= address <= limit and 0 <= nbytes <= limit:
+            continue
+        coords = tuple(int(c) for c in entry[:rank])
+        beyond = "any file's size" if file_size is None else f"the file's {file_size:,} bytes"
+        raise CorruptFileError(
+            f"{where}: chunk {coords} records address {address:#x} (size {nbytes:,} bytes), "
+            f"beyond {beyond}; its chunk index is damaged",
+            None,
+        )
 
 
 def visit_chunks(dset: h5py.Dataset, visit: Callable[[Any, int], None]) -> None:

@@ -157,7 +157,7 @@ def _contiguous_offset(dset: h5py.Dataset, size: int | None, where: str) -> int 
 
 
 def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -> ChunkIndex:
-    table = read_chunk_index(dset, where)
+    table = read_chunk_index(dset, where, size)
     _check_chunks(table, dset, plist, size, where)
     return table
 

@@ -23,6 +23,7 @@ import h5py
 
 from ...._validate import (
     check_choice,
+    check_int_at_most,
     check_non_negative_int,
     check_positive_int,
     check_probability,
@@ -56,6 +57,11 @@ _LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 # Sources with an open handle in some process; h5_worker_init_fn walks it in a new worker.
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
 _PLUGINS = {"loaded": False}
+# h5py hands the chunk-cache sizes to HDF5 as a C size_t (bytes) and a C int (slots); a larger
+# value would fail as a bare OverflowError at the first open, far from the argument
+_MAX_RDCC_NBYTES = 2**64 - 1
+_MAX_RDCC_NSLOTS = 2**31 - 1
+_HDF5_CACHE = "HDF5's chunk cache (h5py.File(rdcc_nbytes=, rdcc_nslots=))"
 # what h5py says for a path that does not exist (as opposed to one it cannot read)
 _MISSING = re.compile(r"doesn't exist|does not exist|not found|component not found", re.I)
 
@@ -100,7 +106,9 @@ class FileOptions:
 
     def __post_init__(self) -> None:
         check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
+        check_int_at_most("rdcc_nbytes", self.rdcc_nbytes, _MAX_RDCC_NBYTES, _HDF5_CACHE)
         check_non_negative_int("rdcc_nslots", self.rdcc_nslots)
+        check_int_at_most("rdcc_nslots", self.rdcc_nslots, _MAX_RDCC_NSLOTS, _HDF5_CACHE)
         check_probability("rdcc_w0", self.rdcc_w0)
         if not isinstance(self.swmr, bool):
             raise TypeError(f"swmr must be True or False, got {self.swmr!r}")

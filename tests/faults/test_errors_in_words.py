@@ -1,0 +1,68 @@
+"""Issue 23, "errors in words": each input that used to raise a bare Python error (or one whose
+cause was Python's words) raises our error class naming the file, the object and the cause."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from nn_handler.dataloaders import CorruptFileError, H5LazyDataset
+
+from helpers.damage import chunk_infos, rows
+
+
+def write(path: Path, data: np.ndarray, libver: str | None = None, **kw) -> Path:
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_dataset("x", data=data, **kw)
+    return path
+
+
+def forge_chunk_address(path: Path, chunk: int, address: int) -> tuple[int, ...]:
+    """Rewrite the address of the ``chunk``-th chunk in the index; return its coordinates."""
+    info = chunk_infos(path)[chunk]
+    raw = path.read_bytes()
+    old = struct.pack("<Q", info.byte_offset)
+    assert raw.count(old) == 1  # the index entry is the only place these bytes occur
+    with open(path, "r+b") as fh:
+        fh.seek(raw.find(old))
+        fh.write(struct.pack("<Q", address))
+    return tuple(info.chunk_offset)
+
+
+@pytest.mark.parametrize("address", [0xFFFF_FFFF_FFFF_FFF0, 0x8000_0000_0000_0000])
+def test_forged_chunk_address_names_the_chunk_the_address_and_the_file_size(tmp_path, address):
+    # version-1 B-trees carry no checksum: the forged address reaches our index walk
+    path = write(tmp_path / "f.h5", rows(1000), libver="earliest", chunks=(100, 4))
+    coords = forge_chunk_address(path, 3, address)
+    size = path.stat().st_size
+    with pytest.raises(CorruptFileError) as info:
+        H5LazyDataset(path, "x")
+    text = str(info.value)
+    assert "f.h5" in text and "dataset 'x'" in text
+    assert f"chunk {coords} records address {address:#x}" in text
+    assert f"beyond the file's {size:,} bytes" in text
+    assert "C long" not in text
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "largest"),
+    [
+        ("rdcc_nbytes", 2**70, 2**64 - 1),
+        ("rdcc_nbytes", 2**64, 2**64 - 1),
+        ("rdcc_nslots", 2**31, 2**31 - 1),
+    ],
+)
+def test_chunk_cache_sizes_past_hdf5s_range_name_the_argument_and_the_limit(
+    tmp_path, name, value, largest
+):
+    path = write(tmp_path / "f.h5", rows(10))
+    with pytest.raises(ValueError, match=rf"{name}={value} is larger than {largest:,}"):
+        H5LazyDataset(path, "x", **{name: value})
+    ds = H5LazyDataset(path, "x", **{name: largest})  # the largest value still opens
+    assert ds[[0, 9]].numpy().tobytes() == rows(10)[[0, 9]].tobytes()
+    with pytest.raises(ValueError, match=rf"{name}={value} is larger"):
+        ds.set_chunk_cache(value) if name == "rdcc_nbytes" else ds.set_chunk_cache(1, value)
