@@ -91,7 +91,7 @@ class CacheEntry:
         except FileNotFoundError:
             return self._filled
         if (st.st_mtime_ns, st.st_ino) != self._seen:
-            self._filled = np.load(self._record)
+            self._filled = np.load(self._record, allow_pickle=False)
             self._seen = (st.st_mtime_ns, st.st_ino)
         return self._filled
 
