@@ -3,6 +3,7 @@
 from importlib import metadata as _metadata
 
 from . import dataloaders
+from ._training.checkpoint import CheckpointError
 from .distributed import World
 from .handler import NNHandler
 
@@ -11,4 +12,4 @@ try:
 except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["NNHandler", "World", "__version__", "dataloaders"]
+__all__ = ["CheckpointError", "NNHandler", "World", "__version__", "dataloaders"]

@@ -324,7 +324,10 @@ class NNHandler:
         left as they are).
 
         Raises:
-            FileNotFoundError / ValueError: no checkpoint at ``path``, or not one of ours.
+            FileNotFoundError: no checkpoint at ``path``.
+            CheckpointError: (a ``ValueError``) the file is truncated, damaged or not one of
+                ours, or holds a damaged RNG state; checked before anything is restored, so
+                the handler is left as it was.
             ValueError: a mid-epoch checkpoint of another number of processes whose sampler
                 keeps no position (e.g. ``RandomSampler``; ours all do).
             RuntimeError: the model's parameters do not match (torch lists the keys).

@@ -3,13 +3,16 @@ cause was Python's words) raises our error class naming the file, the object and
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+import torch
 
+from nn_handler import CheckpointError, NNHandler
 from nn_handler.dataloaders import CorruptFileError, H5LazyDataset
 
 from helpers.damage import chunk_infos, rows
@@ -66,3 +69,59 @@ def test_chunk_cache_sizes_past_hdf5s_range_name_the_argument_and_the_limit(
     assert ds[[0, 9]].numpy().tobytes() == rows(10)[[0, 9]].tobytes()
     with pytest.raises(ValueError, match=rf"{name}={value} is larger"):
         ds.set_chunk_cache(value) if name == "rdcc_nbytes" else ds.set_chunk_cache(1, value)
+
+
+def handler() -> NNHandler:
+    return NNHandler(torch.nn.Linear, {"in_features": 2, "out_features": 2}, log_fn=None)
+
+
+def rng_now() -> tuple:
+    return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state().tolist()
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99, 0.01])
+def test_truncated_checkpoint_is_named_truncated_and_chains_the_cause(tmp_path, keep):
+    handler().save(tmp_path / "full.pt")
+    full = (tmp_path / "full.pt").read_bytes()
+    cut = tmp_path / "ck.pt"
+    cut.write_bytes(full[: max(1, int(len(full) * keep))])
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint '.*ck\.pt' is truncated or not a checkpoint"
+    ) as info:
+        handler().load(cut)
+    assert isinstance(info.value, ValueError)  # what NNHandler.load raised for such files before
+    assert info.value.__cause__ is not None
+
+
+def _damage(state: dict, part: str) -> None:
+    if part == "python":
+        state["python"] = (3, (1, 2, 3), None)
+    elif part == "numpy":
+        kind, key, _pos, has_gauss, gauss = state["numpy"]
+        state["numpy"] = (kind, key[:3], 3, has_gauss, gauss)  # the IndexError of the issue
+    elif part == "torch":
+        state["torch"] = torch.zeros(3, dtype=torch.uint8)
+    elif part == "cuda":
+        state["cuda"] = ["garbage"]
+    else:
+        del state["torch"]
+
+
+@pytest.mark.parametrize("part", ["python", "numpy", "torch", "cuda", "missing"])
+def test_damaged_rng_state_is_refused_before_anything_is_restored(tmp_path, part):
+    path = tmp_path / "ck.pt"
+    saver = handler()
+    saver.save(path)
+    payload = torch.load(path, weights_only=True)
+    _damage(payload["ranks"][0]["rng"], part)
+    torch.save(payload, path)
+    loader = handler()
+    weights = {k: v.clone() for k, v in loader.model.state_dict().items()}
+    before = rng_now()
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint '.*ck\.pt' holds a damaged RNG state for rank 0"
+    ):
+        loader.load(path)
+    assert rng_now() == before  # no RNG restored, not even the undamaged ones
+    for k, v in loader.model.state_dict().items():
+        assert torch.equal(v, weights[k]), k  # the model was not loaded either

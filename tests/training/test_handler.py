@@ -559,7 +559,7 @@ def test_bad_checkpoints(tmp_path):
         other.load(tmp_path / "c.pt")
     with h5py.File(tmp_path / "x.h5", "w"):
         pass
-    with pytest.raises(ValueError, match=r"cannot read path=.*x\.h5.* as an NNHandler checkpoint"):
+    with pytest.raises(ValueError, match=r"checkpoint .*x\.h5.* is truncated or not a checkpoint"):
         handler.load(tmp_path / "x.h5")
 
 

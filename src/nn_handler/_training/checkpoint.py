@@ -21,6 +21,14 @@ from .._validate import format_names
 FORMAT = "nn_handler.checkpoint"
 VERSION = 1
 REQUIRED_KEYS = ("format", "version", "model", "epoch", "global_step", "world_size", "ranks")
+_RNG_KEYS = ("python", "numpy", "torch", "cuda")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be restored: truncated, damaged, or not an NNHandler checkpoint.
+
+    A ``ValueError`` (what ``NNHandler.load`` raised for such files before this class existed).
+    """
 
 
 def capture_rng() -> dict[str, Any]:
@@ -34,6 +42,36 @@ def capture_rng() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "cuda": cuda,
     }
+
+
+def check_rng(state: Any, path: Any, rank: int) -> None:
+    """Raise ``CheckpointError`` unless ``state`` is a state ``restore_rng`` can restore.
+
+    Each generator's state is tried on a scratch generator of its kind, so a damaged one is
+    found before any global RNG (or the model) has changed.
+    """
+    try:
+        _try_rng_states(state)
+    except Exception as exc:  # each RNG raises its own kinds (IndexError, TypeError, …)
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds a damaged RNG state for rank {rank} ({exc!r}); "
+            "the file is damaged or was not written by NNHandler.save"
+        ) from exc
+
+
+def _try_rng_states(state: Any) -> None:
+    if not isinstance(state, dict) or any(key not in state for key in _RNG_KEYS):
+        raise ValueError(f"expected a dict with keys {format_names(_RNG_KEYS)}")
+    random.Random().setstate(state["python"])
+    kind, key, pos, has_gauss, gauss = state["numpy"]
+    key = np.asarray(key, dtype=np.uint32)
+    np.random.RandomState().set_state((kind, key, pos, has_gauss, gauss))
+    torch.Generator().set_state(state["torch"].cpu())
+    cuda = state["cuda"]
+    if not isinstance(cuda, list | tuple) or not all(
+        isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in cuda
+    ):
+        raise ValueError("the CUDA states are not a list of uint8 tensors")
 
 
 def restore_rng(state: dict[str, Any]) -> None:
@@ -69,34 +107,43 @@ def read(path: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not an nn_handler checkpoint, or of a newer version.
+        CheckpointError: the file is truncated, not an nn_handler checkpoint, or of a newer
+            version.
     """
     target = Path(path)
     if not target.is_file():
         raise FileNotFoundError(f"no checkpoint at path={str(target)!r}")
-    try:
-        payload = torch.load(target, map_location=device, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"cannot read path={str(target)!r} as an NNHandler checkpoint (written by "
-            f"NNHandler.save): torch.load says: {reason}"
-        ) from exc
+    payload = _load(target, device)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = format_names(map(str, payload)) if isinstance(payload, dict) else type(payload)
-        raise ValueError(
+        raise CheckpointError(
             f"path={str(target)!r} is not an NNHandler checkpoint (written by NNHandler.save); "
             f"it holds {found}"
         )
     if payload["version"] > VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {str(target)!r} has format version {payload['version']}, newer than "
             f"this nn_handler reads ({VERSION}); upgrade nn_handler"
         )
     missing = [key for key in REQUIRED_KEYS if key not in payload]
     if missing:
-        raise ValueError(f"checkpoint {str(target)!r} lacks {format_names(missing)}")
+        raise CheckpointError(f"checkpoint {str(target)!r} lacks {format_names(missing)}")
     return payload
+
+
+def _load(target: Path, device: torch.device) -> Any:
+    """``torch.load`` (weights only), its failures on a damaged file as ``CheckpointError``."""
+    try:
+        return torch.load(target, map_location=device, weights_only=True)
+    except PermissionError:
+        raise  # the file may be fine: the user must fix the access, not the file
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+        # torch's zip reader fails on a cut archive with EINVAL (OSError), RuntimeError or EOF
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {str(target)!r} is truncated or not a checkpoint (cannot read it as "
+            f"one written by NNHandler.save; torch.load says: {reason})"
+        ) from exc
 
 
 def rank_entry(

@@ -59,10 +59,14 @@ def load_run(
 ) -> RunState:
     """Restore model, slots and this rank's RNG states from ``path``; return the run state."""
     payload = _checkpoint.read(path, device)
-    module.load_state_dict(payload["model"])
-    slots.load_state_dict(payload)
     entry = _checkpoint.rank_entry(payload["ranks"], world.rank, world.world_size, path)
     progress = entry["progress"]
+    # checked before anything changes: a damaged checkpoint leaves model and RNGs as they were
+    for state in (entry["rng"], None if progress is None else progress.get("epoch_rng")):
+        if state is not None:
+            _checkpoint.check_rng(state, path, world.rank)
+    module.load_state_dict(payload["model"])
+    slots.load_state_dict(payload)
     if entry["rng"] is not None:
         _checkpoint.restore_rng(entry["rng"])
     return RunState(
