@@ -13,9 +13,17 @@ import pytest
 import torch
 
 from nn_handler import CheckpointError, NNHandler
-from nn_handler.dataloaders import CorruptFileError, H5LazyDataset
+from nn_handler.dataloaders import (
+    CombinedHDF5Dataset,
+    CorruptFileError,
+    DataFileError,
+    H5LazyDataset,
+)
 
 from helpers.damage import chunk_infos, rows
+from helpers.recordings import GUID_KINDS, write_recording
+
+BAD_GUID = b"\xff\xfeab"  # not UTF-8 (0xff never starts a character)
 
 
 def write(path: Path, data: np.ndarray, libver: str | None = None, **kw) -> Path:
@@ -125,3 +133,87 @@ def test_damaged_rng_state_is_refused_before_anything_is_restored(tmp_path, part
     assert rng_now() == before  # no RNG restored, not even the undamaged ones
     for k, v in loader.model.state_dict().items():
         assert torch.equal(v, weights[k]), k  # the model was not loaded either
+
+
+def write_bad_guid(path: Path, kind: str, row: int = 17, n: int = 30) -> Path:
+    """A recording whose ``guid`` of ``row`` is ``BAD_GUID``, stored as ``kind`` stores ids."""
+    write_recording(path, n, seed=0, uid_start=0, guid_kind=kind)
+    with h5py.File(path, "r+") as f:
+        ids = [bytes(v) if isinstance(v, bytes) else v.encode() for v in f["guid"][()].tolist()]
+        ids[row] = BAD_GUID
+        del f["guid"]
+        if kind == "fixed-bytes":
+            f["guid"] = np.array(ids, dtype="S8")
+        elif kind == "fixed-utf8":
+            f["guid"] = np.array(ids, dtype=h5py.string_dtype("utf-8", 10))
+        else:  # HDF5 stores what it is given: a UTF-8-tagged string need not be UTF-8
+            charset = "ascii" if kind == "vlen-bytes" else "utf-8"
+            f.create_dataset(
+                "guid", data=np.array(ids, dtype=object), dtype=h5py.string_dtype(charset)
+            )
+    return path
+
+
+def read_everything(cls: type, *args, **kwargs) -> dict:
+    """Build the dataset and read all of it as one batch (a bad id fails in one or the other)."""
+    ds = cls(*args, **kwargs)
+    return ds[np.arange(len(ds))]
+
+
+READS = {
+    "batch": {},
+    "where": {"where": lambda cols: cols["weight"] >= 0},
+    "allowed_guids": {"allowed_guids": ["p1-e", "p1-é"]},
+    "from the files": {"metadata_in_memory": False},
+}
+
+
+@pytest.mark.parametrize("kind", GUID_KINDS)
+@pytest.mark.parametrize("read", list(READS))
+def test_guid_that_is_not_utf8_names_file_row_and_bytes(tmp_path, kind, read):
+    good = write_recording(tmp_path / "a.h5", 20, seed=1, uid_start=100, guid_kind=kind)
+    bad = write_bad_guid(tmp_path / "f.h5", kind)
+    with pytest.raises(DataFileError) as info:
+        read_everything(CombinedHDF5Dataset, [good, bad], **READS[read])
+    text = str(info.value)
+    assert f"guid of row 17 in {str(bad)!r} is not utf-8" in text
+    assert repr(BAD_GUID) in text and "guid_encoding=" in text
+    assert info.value.path == str(bad) and isinstance(info.value.__cause__, UnicodeDecodeError)
+
+
+@pytest.mark.parametrize("kind", GUID_KINDS)
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_guid_encoding_latin1_and_bytes_give_the_data_anyway(tmp_path, kind, in_memory):
+    path = write_bad_guid(tmp_path / "f.h5", kind)
+    with h5py.File(path, "r") as f:
+        stored = [bytes(v) if isinstance(v, bytes) else v.encode() for v in f["guid"][()].tolist()]
+    raw = CombinedHDF5Dataset(path, guid_encoding="bytes", metadata_in_memory=in_memory)
+    assert raw[np.arange(30)]["guid"] == [v.rstrip(b"\0") for v in stored]
+    assert raw[17]["guid"] == BAD_GUID
+    latin = CombinedHDF5Dataset(path, guid_encoding="latin-1", metadata_in_memory=in_memory)
+    assert latin[np.arange(30)]["guid"] == [v.rstrip(b"\0").decode("latin-1") for v in stored]
+    # the filters see the same values as the batches
+    only = CombinedHDF5Dataset(path, guid_encoding="bytes", allowed_guids=[BAD_GUID])
+    assert len(only) == 1 and only[0]["guid"] == BAD_GUID
+    picked = CombinedHDF5Dataset(
+        path, guid_encoding="latin-1", where=lambda cols: cols["guid"] == "ÿþab"
+    )
+    assert len(picked) == 1 and picked.locate(0) == (str(path), 17)
+    by_bytes = CombinedHDF5Dataset(
+        path, guid_encoding="bytes", where=lambda cols: cols["guid"] == BAD_GUID
+    )
+    assert len(by_bytes) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        ("no-such-codec", ValueError, "guid_encoding='no-such-codec' is not a Python codec"),
+        ("base64", ValueError, "guid_encoding='base64' is not a text encoding"),
+        (8, TypeError, "guid_encoding must be a codec name .* got int 8"),
+    ],
+)
+def test_guid_encoding_is_checked(tmp_path, value, error, words):
+    path = write_recording(tmp_path / "f.h5", 5, seed=0, uid_start=0)
+    with pytest.raises(error, match=words):
+        CombinedHDF5Dataset(path, guid_encoding=value)

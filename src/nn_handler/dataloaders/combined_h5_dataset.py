@@ -88,7 +88,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         paths: One HDF5 path or a sequence of them.
         load_fields: Fields to return (default: every field present in all files).
         allowed_guids: Keep samples whose ``guid`` is one of these (str or bytes; stored ids
-            may be fixed- or variable-length, bytes or str).
+            may be fixed- or variable-length, bytes or str; bytes given here are decoded with
+            ``guid_encoding``).
         cs_label: Keep samples whose ``cs_label`` equals this (nonzero counts as True).
         bg_label: Keep samples whose ``bg_label`` equals this.
         epoch_min: Keep samples with ``epoch >= epoch_min`` (NaN epochs are removed).
@@ -104,7 +105,8 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         field_names: ``{field: dataset path}`` overriding or adding field names, e.g.
             ``{"guid": "patient_id", "fhr_xx": "signals/xx"}``.
         where: ``where(columns) -> bool array``: any other rule. ``columns`` maps every field
-            with one value per sample (``epoch``, ``guid`` as str, flags, …) to its whole
+            with one value per sample (``epoch``, ``guid`` as str (bytes with
+            ``guid_encoding="bytes"``), flags, …) to its whole
             column in one file; return a mask of the file's length.
         min_valid_fraction: Drop samples of ``valid_field`` with no valid time step, or with a
             valid fraction below this (0 drops only samples with none). A step is valid when
@@ -115,8 +117,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             ``"valid_mask"``.
         metadata_in_memory: Keep loaded fields with one value per sample (``weight``,
             ``guid``, flags, ``epoch``) in RAM after construction, as NumPy arrays of their
-            itemsize per sample (ids as UTF-8 bytes); a batch then reads only the per-sample
+            itemsize per sample (ids as their stored bytes); a batch then reads only the per-sample
             arrays (signals, targets) from the files. False reads every field from the files.
+        guid_encoding: How the stored bytes of string fields (``guid``, and any other
+            string field) become ``str``: ``"utf-8"`` (the default; what HDF5 and h5py write),
+            any Python text codec (``"latin-1"`` decodes every byte string, ``"cp1252"``, …),
+            or ``"bytes"`` to get the stored ``bytes`` undecoded (in batches, ``where=`` and
+            ``allowed_guids``, where str ids are compared as UTF-8). With ``"utf-8"``, an id
+            that is not valid UTF-8 raises ``DataFileError`` naming the file, row and bytes.
         max_open_files: Files open at once per process (least recently used closed first).
         rdcc_nbytes: HDF5 chunk cache per open dataset, in bytes.
         rdcc_nslots: Hash slots of the chunk cache.
@@ -168,6 +176,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         *,
         field_names: dict[str, str] | None = None,
         where: Callable[[dict[str, np.ndarray[Any, Any]]], Any] | None = None,
+        guid_encoding: str = "utf-8",
         min_valid_fraction: float | None = None,
         valid_field: str = "fhr_st",
         time_axis: int = -1,
@@ -198,6 +207,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             valid_field=valid_field,
             time_axis=time_axis,
             where=where,
+            guid_encoding=guid_encoding,
         )
         fields = field_list(load_fields)
         keys = with_field_keys(resolve_field_names(field_names), fields)

@@ -16,9 +16,10 @@ import torch
 
 from .._io.indices import IndexArray
 from .._samples.tensors import to_tensor
-from .fields import VALID_MASK, OutputField, as_str_array
+from .fields import VALID_MASK, OutputField
 from .file_pool import FilePool
 from .metadata import valid_steps
+from .strings import Where, decode_strings, in_file
 
 __all__ = [
     "BatchPlan",
@@ -51,6 +52,7 @@ class BatchPlan:
     fields: dict[str, OutputField]  # every returned field, the validity mask included
     valid_field: str | None = None  # signal the mask is computed from (None: no mask)
     time_axis: int = -1
+    encoding: str = "utf-8"  # of string fields (``guid_encoding``)
     resident: dict[str, np.ndarray[Any, Any]] = field(default_factory=dict)
 
     @property
@@ -87,9 +89,11 @@ def read_rows(
         name: np.empty((idx.size, *spec.row_shape), dtype=spec.dtype)
         for name, spec in plan.fields.items()
     }
-    for name, column in plan.resident.items():
-        out[name][...] = _decoded(column[idx], plan.fields[name])
     files, rows = file_of[idx], row_of[idx]
+    paths = [source.path for source in pool.sources]
+    for name, column in plan.resident.items():
+        where = (name, lambda k: (paths[int(files[k])], int(rows[k])))
+        out[name][...] = _decoded(column[idx], plan, name, where)
     stored = plan.stored
     nbytes = 0
     for file_no, pos in group_by_file(files if stored else files[:0]):
@@ -98,14 +102,19 @@ def read_rows(
             values = reader.read(wanted)
             nbytes += values.nbytes
             if name in out:
-                out[name][pos] = _decoded(values, plan.fields[name])
+                where = in_file(name, paths[file_no], wanted)
+                out[name][pos] = _decoded(values, plan, name, where)
             if name == plan.valid_field:
                 out[VALID_MASK][pos] = valid_steps(values, plan.time_axis)
     return out, nbytes
 
 
-def _decoded(values: np.ndarray[Any, Any], spec: OutputField) -> np.ndarray[Any, Any]:
-    return as_str_array(values) if spec.kind == "string" else values
+def _decoded(
+    values: np.ndarray[Any, Any], plan: BatchPlan, name: str, where: Where
+) -> np.ndarray[Any, Any]:
+    if plan.fields[name].kind != "string":
+        return values
+    return decode_strings(values, plan.encoding, where)
 
 
 def to_batch(

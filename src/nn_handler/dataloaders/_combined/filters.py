@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..._validate import check_callable, check_int, check_non_negative_int, check_probability
-from .fields import as_str_array
+from .strings import BYTES, as_bytes_array, check_encoding
 
 __all__ = ["FILTERS", "FilterSpec", "WhereFn"]
 
@@ -45,6 +45,7 @@ class FilterSpec:
     valid_field: str = "fhr_st"
     time_axis: int = -1
     where: WhereFn | None = None
+    guid_encoding: str = "utf-8"  # how stored string fields are decoded (strings.py)
 
     @classmethod
     def build(
@@ -60,6 +61,7 @@ class FilterSpec:
         valid_field: Any = "fhr_st",
         time_axis: Any = -1,
         where: Any = None,
+        guid_encoding: Any = "utf-8",
     ) -> FilterSpec:
         """Check every argument and return the spec.
 
@@ -75,8 +77,9 @@ class FilterSpec:
         if not isinstance(valid_field, str) or not valid_field:
             raise TypeError(f"valid_field must be a non-empty field name, got {valid_field!r}")
         check_callable("where", where)
+        encoding = check_encoding(guid_encoding)
         return cls(
-            allowed_guids=_guid_array(allowed_guids),
+            allowed_guids=_guid_array(allowed_guids, encoding),
             cs_label=_flag("cs_label", cs_label),
             bg_label=_flag("bg_label", bg_label),
             epoch_min=lo,
@@ -88,6 +91,7 @@ class FilterSpec:
             valid_field=valid_field,
             time_axis=check_int("time_axis", time_axis),
             where=where,
+            guid_encoding=encoding,
         )
 
     def needs(self) -> dict[str, str]:
@@ -120,7 +124,8 @@ def _epoch_active(spec: FilterSpec) -> bool:
     return spec.epoch_min is not None or spec.epoch_max is not None
 
 
-def _guid_array(value: Any) -> np.ndarray[Any, Any] | None:
+def _guid_array(value: Any, encoding: str) -> np.ndarray[Any, Any] | None:
+    """The ids as the stored ids will read: bytes (str as UTF-8) or str (bytes decoded)."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -132,7 +137,16 @@ def _guid_array(value: Any) -> np.ndarray[Any, Any] | None:
     bad = [v for v in items if not isinstance(v, (str, bytes, np.str_, np.bytes_))]
     if bad:
         raise TypeError(f"allowed_guids must hold str or bytes ids, got {bad[0]!r}")
-    return np.unique(as_str_array(np.array(items, dtype=object)))
+    if encoding == BYTES:
+        return np.unique(as_bytes_array(np.array(items, dtype=object)))
+    try:
+        decoded = [v.decode(encoding) if isinstance(v, bytes) else str(v) for v in items]
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"allowed_guids holds bytes that are not {encoding} ({exc.object!r}); pass them as "
+            "str, or guid_encoding= set to their encoding ('bytes' compares bytes)"
+        ) from exc
+    return np.unique(np.array(decoded, dtype=str))
 
 
 def _flag(name: str, value: Any) -> bool | None:

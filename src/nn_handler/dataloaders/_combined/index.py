@@ -25,7 +25,6 @@ from .fields import (
     VALID_MASK,
     FileSchema,
     OutputField,
-    as_str_array,
     check_filters_of,
     check_present,
     output_fields,
@@ -40,6 +39,7 @@ from .metadata import (
     removed_total,
     select_rows,
 )
+from .strings import as_bytes_array
 
 __all__ = ["IndexResult", "build_index"]
 
@@ -116,11 +116,8 @@ def build_index(
 
 
 def _resident(values: np.ndarray[Any, Any], spec: OutputField) -> np.ndarray[Any, Any]:
-    if spec.kind == "string":  # UTF-8 bytes: a quarter of NumPy's str, no Python objects
-        if values.dtype.kind == "S":
-            return values  # fixed-length HDF5 strings are ASCII or UTF-8 bytes already
-        encoded: np.ndarray[Any, Any] = np.char.encode(as_str_array(values), "utf-8")
-        return encoded
+    if spec.kind == "string":  # the stored bytes: a quarter of NumPy's str, no Python objects
+        return as_bytes_array(values)  # decoded per batch, where a bad one names its row
     return values.astype(spec.dtype, copy=False)
 
 
@@ -168,7 +165,7 @@ def _plan(
 ) -> BatchPlan:
     fields = output_fields(schemas, loads)
     if not valid_mask:
-        return BatchPlan(fields)
+        return BatchPlan(fields, encoding=spec.guid_encoding)
     signal = output_fields(schemas, [spec.valid_field])[spec.valid_field]
     if signal.kind == "string":
         raise TypeError(
@@ -178,7 +175,7 @@ def _plan(
     check_time_axis(spec.time_axis, signal.row_shape, spec.valid_field)
     steps = signal.row_shape[spec.time_axis]
     fields[VALID_MASK] = OutputField(VALID_MASK, (steps,), np.dtype(bool), "other")
-    return BatchPlan(fields, spec.valid_field, spec.time_axis)
+    return BatchPlan(fields, spec.valid_field, spec.time_axis, spec.guid_encoding)
 
 
 def _report(result: IndexResult) -> None:

@@ -17,8 +17,9 @@ import numpy.typing as npt
 
 from ..._validate import format_names
 from .._io.indices import IndexArray
-from .fields import FieldInfo, FileSchema, as_str_array
+from .fields import FieldInfo, FileSchema
 from .filters import FilterSpec
+from .strings import decode_strings, in_file
 
 __all__ = [
     "ColumnSource",
@@ -90,7 +91,9 @@ def valid_steps(rows: np.ndarray[Any, Any], time_axis: int) -> BoolArray:
 
 def _guid_step(spec: FilterSpec, cols: ColumnSource, rows: IndexArray) -> BoolArray:
     assert spec.allowed_guids is not None
-    return np.isin(as_str_array(cols.read("guid", rows)), spec.allowed_guids)
+    stored = cols.read("guid", rows)
+    where = in_file("guid", cols.schema.path, rows)
+    return np.isin(decode_strings(stored, spec.guid_encoding, where), spec.allowed_guids)
 
 
 def _flag_step(field: str) -> Callable[[FilterSpec, ColumnSource, IndexArray], BoolArray]:
@@ -134,9 +137,7 @@ def _where_step(spec: FilterSpec, cols: ColumnSource, rows: IndexArray) -> BoolA
     schema = cols.schema
     everything = np.arange(schema.length, dtype=np.int64)
     table = {
-        name: as_str_array(cols.read(name, everything))
-        if info.is_string
-        else cols.read(name, everything)
+        name: _column(cols, name, everything, spec.guid_encoding if info.is_string else None)
         for name, info in schema.fields.items()
         if info.row_shape == ()
     }
@@ -153,6 +154,16 @@ def _where_step(spec: FilterSpec, cols: ColumnSource, rows: IndexArray) -> BoolA
             f"{schema.path!r}; got dtype {mask.dtype} and shape {mask.shape}"
         )
     return mask[rows]
+
+
+def _column(
+    cols: ColumnSource, name: str, rows: IndexArray, encoding: str | None
+) -> np.ndarray[Any, Any]:
+    """A whole column for ``where=``: string fields decoded with ``encoding`` (None: none)."""
+    values = cols.read(name, rows)
+    if encoding is None:
+        return values
+    return decode_strings(values, encoding, in_file(name, cols.schema.path, rows))
 
 
 _STEPS: dict[str, Callable[[FilterSpec, ColumnSource, IndexArray], BoolArray]] = {
