@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from helpers.ddp import free_port
+from helpers.ddp import free_port, run_ddp
 from helpers.integrations import (
     BATCH,
     ROWS,
@@ -34,6 +34,7 @@ from helpers.integrations import (
 pytest.importorskip("accelerate")
 pytest.importorskip("torchdata")
 
+import torch
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from nn_handler.dataloaders import (
@@ -142,3 +143,54 @@ def test_accelerate_prepare_on_two_processes(tmp_path):
     for rank in ranks:
         assert rank["resume"] == dict.fromkeys(("accelerate", "dist", "chunk", "rank"), True)
         assert rank["warnings"] == []
+
+
+def _rank_cache_pattern(path: str) -> dict[str, Any]:
+    """docs/integrations.md's pattern for the rank cache: prepare the model and optimizer only.
+
+    Also tries the issue's ``accelerator.prepare(batched_loader(shard, 32,
+    sampler=shard.make_sampler()))``, which must refuse with the fix in words.
+    """
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    shard = RankMemCachedH5Dataset(path, "x", "y", log_fn=quiet)
+    try:
+        accelerator.prepare(batched_loader(shard, BATCH, sampler=shard.make_sampler()))
+        refused = ""
+    except ValueError as exc:
+        refused = str(exc)
+    loader = batched_loader(shard, BATCH, sampler=shard.make_sampler())
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    model, optimizer = accelerator.prepare(model, optimizer)  # DDP: a step waits for every rank
+    epochs = []
+    for epoch in range(2):
+        loader.sampler.set_epoch(epoch)
+        rows: list[int] = []
+        for x, y in loader:
+            x, y = x.to(accelerator.device), y.to(accelerator.device)
+            loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y.float())
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            rows += batch_rows((x, y))
+        epochs.append(rows)
+    return {"rank": accelerator.process_index, "refused": refused, "epochs": epochs}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rank_cache_with_accelerate_prepares_the_model_only_and_is_exact(tmp_path):
+    path = write_indexed(tmp_path / "rows.h5")
+    ranks = run_ddp(_rank_cache_pattern, WORLD, tmp_path / "out", str(path), timeout=240)
+    assert [rank["rank"] for rank in ranks] == [0, 1]
+    for rank in ranks:
+        assert "rank-sharded dataset" in rank["refused"] and "prepare the model" in rank["refused"]
+        assert rank["epochs"][0] != rank["epochs"][1]  # a new order each epoch
+    for epoch in range(2):
+        per_rank = [rank["epochs"][epoch] for rank in ranks]
+        # equal_steps="pad": the shorter shard repeats at most world_size - 1 of its rows
+        check_exactly_once(per_rank, ROWS, max_repeats=WORLD - 1)
+        assert len(per_rank[0]) == len(per_rank[1])  # the same number of steps on each rank
+        assert not set(per_rank[0]) & set(per_rank[1])  # each rank trains only its own shard
