@@ -217,3 +217,16 @@ def test_guid_encoding_is_checked(tmp_path, value, error, words):
     path = write_recording(tmp_path / "f.h5", 5, seed=0, uid_start=0)
     with pytest.raises(error, match=words):
         CombinedHDF5Dataset(path, guid_encoding=value)
+
+
+@pytest.mark.parametrize("ranks", ["garbage", [{"rng": None}], [None]])
+def test_damaged_per_rank_state_is_refused_before_anything_is_restored(tmp_path, ranks):
+    path = tmp_path / "ck.pt"
+    handler().save(path)
+    payload = torch.load(path, weights_only=True)
+    payload["ranks"] = ranks
+    torch.save(payload, path)
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint '.*ck\.pt' holds damaged per-rank state"
+    ):
+        handler().load(path)

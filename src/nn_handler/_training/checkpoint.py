@@ -128,7 +128,21 @@ def read(path: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
     missing = [key for key in REQUIRED_KEYS if key not in payload]
     if missing:
         raise CheckpointError(f"checkpoint {str(target)!r} lacks {format_names(missing)}")
+    _check_ranks(payload["ranks"], target)
     return payload
+
+
+def _check_ranks(ranks: Any, target: Path) -> None:
+    """Each saving rank's entry must be a dict with ``rng`` and ``progress`` (``save_run``)."""
+    fine = isinstance(ranks, list)
+    fine = fine and all(isinstance(e, dict) and {"rng", "progress"} <= e.keys() for e in ranks)
+    if not fine:
+        shown = repr(ranks)
+        shown = shown if len(shown) <= 80 else shown[:80] + "..."
+        raise CheckpointError(
+            f"checkpoint {str(target)!r} holds damaged per-rank state ({shown}; expected a list "
+            "of one {'rng': ..., 'progress': ...} per saving rank)"
+        )
 
 
 def _load(target: Path, device: torch.device) -> Any:
