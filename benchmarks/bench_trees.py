@@ -1,0 +1,146 @@
+"""Two source trees of nn_handler against each other on the W workloads, alternating.
+
+Run: ``python benchmarks/bench_trees.py --before /path/to/old/src [--after src]
+[--workloads W1,W2,W3,W4] [--scale 0.5] [--rounds 5] [--seconds 3] [--workers 0]``
+
+Each round times ``H5LazyDataset`` + ``ChunkShuffleSampler`` + ``batched_loader`` (samples/s over
+``--seconds`` after the first batch) in a fresh process per tree, the order of the two trees
+swapped every round, on the same files (written once with ``nn_handler.bench.workloads``). For
+gzip workloads the same round also measures the decode limit: libdeflate (imagecodecs)
+inflating the file's chunks in one thread, × the usable cores. Medians are printed, with
+after / before and each tree's fraction of the limit. The old tree is e.g. a
+``git worktree add /tmp/before <commit>``; its ``src`` goes to ``--before``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, time
+from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset, batched_loader
+path, seconds, workers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+ds = H5LazyDataset(path, "central", "0/labels")
+sampler = ChunkShuffleSampler(ds, batch_size=256, num_workers=workers)
+loader = batched_loader(ds, 256, sampler=sampler, num_workers=workers)
+n, start, epoch = 0, None, 0
+while start is None or time.perf_counter() - start < seconds:
+    sampler.set_epoch(epoch)
+    epoch += 1
+    for _, yb in loader:
+        if start is None:
+            start = time.perf_counter()  # the first batch pays for workers and the window
+            continue
+        n += len(yb)
+        if time.perf_counter() - start > seconds:
+            break
+print(json.dumps({"rate": n / (time.perf_counter() - start)}))
+"""
+
+LIMIT = r"""
+import json, os, sys, time
+import h5py, imagecodecs, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    d = f["central"]
+    if d.chunks is None or d.compression != "gzip":
+        print(json.dumps({"limit": None}))
+        sys.exit()
+    rows = d.chunks[0]
+    out = np.empty(rows * int(np.prod(d.shape[1:])) * d.dtype.itemsize, np.uint8)
+    raws = []
+    for i in range(0, d.shape[0], rows):
+        if len(raws) * out.nbytes > 256 * 2**20:
+            break
+        raws.append(d.id.read_direct_chunk((i,) + (0,) * (d.ndim - 1))[1])
+best = 0.0
+for _ in range(3):
+    start = time.perf_counter()
+    for raw in raws:
+        imagecodecs.deflate_decode(raw, out=out)
+    best = max(best, len(raws) * rows / (time.perf_counter() - start))
+print(json.dumps({"limit": best * len(os.sched_getaffinity(0))}))
+"""
+
+
+def _run(src: str, code: str, *args: object) -> dict[str, float] | None:
+    env = dict(os.environ, PYTHONPATH=src)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return None
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _compare(name: str, path: str, trees: dict[str, str], args: argparse.Namespace) -> str:
+    rates: dict[str, list[float]] = {label: [] for label in trees}
+    limits: list[float] = []
+    for r in range(args.rounds):
+        order = list(trees) if r % 2 == 0 else list(trees)[::-1]
+        for label in order:
+            got = _run(trees[label], CHILD, path, args.seconds, args.workers)
+            if got:
+                rates[label].append(got["rate"])
+        limit = _run(trees["after"], LIMIT, path)
+        if limit and limit["limit"]:
+            limits.append(limit["limit"])
+    before, after = _median(rates["before"]), _median(rates["after"])
+    line = f"| {name} | {args.workers} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |"
+    if limits:
+        limit = _median(limits)
+        line += f" {limit:,.0f} | {before / limit:.2f} | {after / limit:.2f} |"
+    else:
+        line += " — | — | — |"
+    return line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="the old tree's src directory")
+    parser.add_argument("--after", default=str(Path(__file__).resolve().parents[1] / "src"))
+    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--scale", type=float, default=0.5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    sys.path.insert(0, args.after)
+    from nn_handler.bench.workloads import WORKLOADS, write_workload
+
+    trees = {"before": args.before, "after": args.after}
+    print(
+        "| workload | workers | before | after | after / before | limit | before / limit "
+        "| after / limit |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        for name in args.workloads.split(","):
+            workload = WORKLOADS[name]
+            n = max(1, int(workload.rows * args.scale))
+            path = os.path.join(tmp, f"{name}.h5")
+            write_workload(path, workload, n)
+            print(_compare(name, path, trees, args), flush=True)
+            os.remove(path)
+
+
+if __name__ == "__main__":
+    main()
