@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nn_handler.dataloaders import FileChangedError, RemoteAccessError, RemoteReadError
@@ -75,15 +75,16 @@ def test_s3_read_ranges_equal_the_bytes(s3_file, ranges):
     gap=st.integers(0, 40),
     max_request=st.integers(1, 120),
 )
+@example(ranges=[(289, 24), (350, 14), (363, 50)], gap=39, max_request=99)  # touch after a hole
 def test_plan_requests_covers_each_range_once(ranges, gap, max_request):
     plan = plan_requests(ranges, gap=gap, max_request=max_request)
     members = sorted(k for r in plan for k in r.members)
     assert members == [k for k, (_, n) in enumerate(ranges) if n > 0]
     for req in plan:
         assert all(req.start <= ranges[k][0] and sum(ranges[k]) <= req.end for k in req.members)
-        if req.end - req.start > max_request:  # only without holes
-            spans = [(ranges[k][0], sum(ranges[k])) for k in req.members]
-            assert union(empty(), spans).tolist() == [[req.start, req.end]]
+        spans = union(empty(), [(ranges[k][0], sum(ranges[k])) for k in req.members]).tolist()
+        assert spans[0][0] == req.start and spans[-1][1] == req.end
+        assert all(b[0] - a[1] <= gap for a, b in itertools.pairwise(spans))  # holes fetched
     assert all(a.end <= b.start for a, b in itertools.pairwise(plan))
 
 

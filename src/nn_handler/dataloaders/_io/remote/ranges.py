@@ -30,8 +30,9 @@ def plan_requests(
 
     Ranges are sorted by offset; touching or overlapping ones are always merged, and one that
     starts at most ``gap`` bytes after the run's end joins it while the run stays within
-    ``max_request`` bytes. A request may so exceed ``max_request`` only where it has no holes
-    (the caller splits long transfers).
+    ``max_request`` bytes. A request exceeds ``max_request`` only through ranges that touch or
+    overlap it (they cannot go to another request without overlapping it); the caller splits
+    long transfers, so that costs no correctness, and no hole is ever longer than ``gap``.
 
     Args:
         ranges: ``(offset, length)`` pairs, in any order, overlapping or not.
