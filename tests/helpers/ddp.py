@@ -100,6 +100,11 @@ def _entry(
     torch.set_num_threads(1)
     try:
         torch.save(fn(*args), Path(out) / f"rank{rank}.pt")
+        if dist.is_initialized():
+            # tear down together: rank 0 hosts the TCP store, and a rank still shutting its
+            # process group down after rank 0 has exited can wait on that store for minutes
+            # (a collective one rank skipped still hangs both here, and is reported)
+            dist.barrier()
     except BaseException:
         (Path(out) / f"rank{rank}.err").write_text(traceback.format_exc())
         raise
