@@ -4,6 +4,11 @@ Each contender reads the file in a random order for a bounded time through the r
 (``num_workers=0``, one process), so the rates compare the strategies on this file and this
 machine. The rank cache is tried only when the data fits comfortably in free memory; its
 one-off preload is reported separately, with the number of epochs after which it pays off.
+
+On a URL every strategy reads over the network (no cache: each pass fetches again); the
+baseline is h5py on an fsspec file object, blocks of adjacent chunks are tried too (one request
+per block instead of per chunk), and with a ``cache_dir`` the fastest batched strategy is timed
+filling a cache and then reading from it (``remote_file.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +30,16 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
+from ..dataloaders._io.remote.urls import is_url
 from ..dataloaders._rank_cache.memory import available_ram_bytes
 from .contenders import NaiveH5Dataset
+from .remote_file import (
+    CACHE_COLD,
+    CACHE_WARM,
+    NAIVE_FSSPEC,
+    time_cache_passes,
+    time_fsspec_naive,
+)
 from .timing import Result, batch_len, timed_pass
 
 __all__ = ["FileBench", "bench_file"]
@@ -35,8 +48,13 @@ NAIVE = "naive per-sample h5py (baseline)"
 GETITEMS = "H5LazyDataset + DataLoader(batch_size)"
 EPOCH = "H5LazyDataset + batched_loader + EpochShuffleSampler"
 CHUNK = "H5LazyDataset + batched_loader + ChunkShuffleSampler"
+BLOCKS = "H5LazyDataset + batched_loader + ChunkShuffleSampler(blocks of 8 chunks)"
 CACHED = "RankMemCachedH5Dataset (after preload)"
 _MEMORY_SHARE = 0.5  # the rank cache is tried only if it needs at most this share of free RAM
+_BLOCK_CHUNKS = 8  # URLs: adjacent chunks shuffled together, fetched by one request
+# URLs: the rank cache's preload is tried only if an epoch at the streaming rate (an upper
+# bound of the preload, which reads in long merged requests) fits in this many budgets
+_PRELOAD_BUDGETS = 10
 
 
 @dataclass
@@ -54,6 +72,11 @@ class FileBench:
     preload_s: float | None
     skipped: list[str] = field(default_factory=list)
     recommendation: list[str] = field(default_factory=list)
+    remote: bool = False
+    cache_dir: str | None = None
+    #: the strategy timed with ``cache_dir`` (None: not timed)
+    cache_strategy: str | None = None
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def best(self) -> Result:
@@ -68,19 +91,37 @@ def bench_file(
     *,
     seconds: float = 3.0,
     batch_size: int = 256,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | None = None,
     log_fn: Callable[[str], None] | None = None,
 ) -> FileBench:
     """Time the loader strategies on ``path`` for about ``seconds`` each.
 
+    Args:
+        path: The HDF5 file, or a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, any
+            fsspec URL).
+        x_key: Dataset of the inputs.
+        y_key: Dataset of the targets (optional).
+        seconds: Budget per strategy.
+        batch_size: Samples per batch.
+        storage_options: For a URL: the fsspec filesystem's options (credentials, endpoint).
+        cache_dir: For a URL: a node-local directory; the fastest batched strategy is also
+            timed filling a cache there and reading from it (in a scratch folder, removed).
+        log_fn: Called with a line before each strategy is timed.
+
     Raises:
         FileNotFoundError / OSError / KeyError / ValueError / TypeError: as ``H5LazyDataset``
             for a missing file, a missing key or data torch cannot hold.
+        RemoteAccessError / RemoteReadError / ImportError: as ``H5LazyDataset`` for a URL.
+        ValueError: ``storage_options`` or ``cache_dir`` given for a local path.
     """
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds!r}")
     check_positive_int("batch_size", batch_size)
+    _check_remote_options(path, storage_options, cache_dir)
     say = log_fn or _quiet
-    probe = H5LazyDataset(path, x_key, y_key)
+    options = dict(storage_options) if storage_options is not None else None
+    probe = H5LazyDataset(path, x_key, y_key, storage_options=options)
     if len(probe) == 0:
         raise ValueError(f"x_key={x_key!r} in {probe.path!r} has no samples to time")
     report = FileBench(
@@ -93,15 +134,43 @@ def bench_file(
         chunk_rows=probe.chunk_rows,
         results=[],
         preload_s=None,
+        remote=is_url(path),
+        cache_dir=cache_dir,
+        storage_options=options,
     )
+    probe.close()
+    if report.remote:
+        say(f"timing {NAIVE_FSSPEC} ...")
+        keys = (x_key, y_key)
+        naive = time_fsspec_naive(report.path, keys, options, report.sample_bytes, seconds)
+        report.results.append(naive)
     for name, make in _contenders(report, batch_size):
         say(f"timing {name} ...")
         loader, close = make()
         report.results.append(_time(name, loader, report.sample_bytes, seconds))
         close()
+    if cache_dir is not None:
+        _time_cache(report, batch_size, seconds, say)
     _try_rank_cache(report, batch_size, seconds, say)
     report.recommendation = _recommend(report)
     return report
+
+
+def _check_remote_options(
+    path: str, storage_options: Mapping[str, Any] | None, cache_dir: str | None
+) -> None:
+    if is_url(path):
+        return
+    given = {  # the options' values may hold secrets: their keys only
+        "storage_options": None if storage_options is None else f"keys {sorted(storage_options)}",
+        "cache_dir": None if cache_dir is None else repr(cache_dir),
+    }
+    for name, shown in given.items():
+        if shown is not None:
+            raise ValueError(
+                f"{name} ({shown}) applies to URLs only (s3://, gs://, az://, http(s)://, …), "
+                f"but path={path!r} is a local file; leave {name} out"
+            )
 
 
 def _time(name: str, loader: Any, sample_bytes: int, seconds: float) -> Result:
@@ -122,6 +191,25 @@ def _sample_bytes(ds: H5LazyDataset) -> int:
     return int(ds._x.row_nbytes + y)
 
 
+def _open(r: FileBench, **cache: Any) -> H5LazyDataset:
+    return H5LazyDataset(r.path, r.x_key, r.y_key, storage_options=r.storage_options, **cache)
+
+
+def _samplers(r: FileBench, batch_size: int) -> dict[str, Callable[[H5LazyDataset], Any]]:
+    """The ``batched_loader`` strategies that make sense on this file, by name."""
+    found: dict[str, Callable[[H5LazyDataset], Any]] = {
+        EPOCH: lambda ds: EpochShuffleSampler(len(ds))
+    }
+    if r.chunk_rows is not None and r.chunk_rows > 1:
+        found[CHUNK] = lambda ds: ChunkShuffleSampler(ds, batch_size=batch_size)
+        if r.remote:
+            rows = _BLOCK_CHUNKS * r.chunk_rows
+            found[BLOCKS] = lambda ds: ChunkShuffleSampler(
+                ds, batch_size=batch_size, block_size=rows
+            )
+    return found
+
+
 def _contenders(
     r: FileBench, batch_size: int
 ) -> list[tuple[str, Callable[[], tuple[Any, Callable[[], None]]]]]:
@@ -130,22 +218,38 @@ def _contenders(
         return DataLoader(ds, batch_size=batch_size, shuffle=True), ds.close
 
     def getitems() -> tuple[Any, Callable[[], None]]:
-        ds = H5LazyDataset(r.path, r.x_key, r.y_key)
+        ds = _open(r)
         return DataLoader(ds, batch_size=batch_size, shuffle=True), ds.close
 
-    def epoch() -> tuple[Any, Callable[[], None]]:
-        ds = H5LazyDataset(r.path, r.x_key, r.y_key)
-        return batched_loader(ds, batch_size, sampler=EpochShuffleSampler(len(ds))), ds.close
+    def batched(sampler_for: Callable[[H5LazyDataset], Any]) -> Any:
+        def make() -> tuple[Any, Callable[[], None]]:
+            ds = _open(r)
+            return batched_loader(ds, batch_size, sampler=sampler_for(ds)), ds.close
 
-    def chunk() -> tuple[Any, Callable[[], None]]:
-        ds = H5LazyDataset(r.path, r.x_key, r.y_key)
-        sampler = ChunkShuffleSampler(ds, batch_size=batch_size)
-        return batched_loader(ds, batch_size, sampler=sampler), ds.close
+        return make
 
-    found = [(NAIVE, naive), (GETITEMS, getitems), (EPOCH, epoch)]
-    if r.chunk_rows is not None and r.chunk_rows > 1:
-        found.append((CHUNK, chunk))
+    found = [] if r.remote else [(NAIVE, naive)]  # (a URL's baseline is timed apart)
+    found.append((GETITEMS, getitems))
+    found.extend((name, batched(make)) for name, make in _samplers(r, batch_size).items())
     return found
+
+
+def _time_cache(r: FileBench, batch_size: int, seconds: float, say: Any) -> None:
+    """Time the fastest batched strategy filling a cache in ``r.cache_dir``, then from it."""
+    assert r.cache_dir is not None
+    samplers = _samplers(r, batch_size)
+    fastest = max((x for x in r.results if x.name in samplers), key=lambda x: x.rate)
+    say(f"timing {fastest.name} with cache_dir={r.cache_dir!r} ...")
+    cold, warm = time_cache_passes(
+        lambda folder: _open(r, cache_dir=folder),
+        samplers[fastest.name],
+        r.cache_dir,
+        batch_size,
+        r.sample_bytes,
+        seconds,
+    )
+    r.cache_strategy = fastest.name
+    r.results.extend([cold, warm])
 
 
 def _try_rank_cache(r: FileBench, batch_size: int, seconds: float, say: Any) -> None:
@@ -157,20 +261,40 @@ def _try_rank_cache(r: FileBench, batch_size: int, seconds: float, say: Any) -> 
             f"{format_bytes(free)} of free memory"
         )
         return
+    if r.remote and _slow_preload(r, seconds):
+        return
     say(f"timing {CACHED} ...")
     start = time.perf_counter()
     ds = RankMemCachedH5Dataset(
         r.path, r.x_key, r.y_key, dtype_x=None, pin_host_memory=False, log_fn=_quiet,
-        rank=0, world_size=1,
+        rank=0, world_size=1, storage_options=r.storage_options,
     )  # fmt: skip
     r.preload_s = time.perf_counter() - start
     loader = batched_loader(ds, batch_size, sampler=ds.make_sampler())
     r.results.append(_time(CACHED, loader, r.sample_bytes, seconds))
 
 
+def _slow_preload(r: FileBench, seconds: float) -> bool:
+    """True (and the reason noted) when a URL's preload would take far beyond the budget."""
+    streaming = max(x.rate for x in r.results if x.name not in (CACHE_COLD, CACHE_WARM))
+    epoch_s = r.samples / streaming if streaming > 0 else math.inf
+    if epoch_s <= _PRELOAD_BUDGETS * seconds:
+        return False
+    data = format_bytes(r.samples * r.sample_bytes)
+    r.skipped.append(
+        f"RankMemCachedH5Dataset: its preload downloads all {data}; one epoch at the best "
+        f"streaming rate takes ~{epoch_s:,.0f} s, more than "
+        f"{_PRELOAD_BUDGETS}x the budget (raise --seconds to time it)"
+    )
+    return True
+
+
 def _recommend(r: FileBench) -> list[str]:
-    streaming = max((x for x in r.results if x.name != CACHED), key=lambda x: x.rate)
+    apart = (CACHED, CACHE_COLD, CACHE_WARM)
+    streaming = max((x for x in r.results if x.name not in apart), key=lambda x: x.rate)
     advice = [f"stream: {_how(streaming.name, r)} ({streaming.rate:,.0f} samples/s)"]
+    if r.remote:
+        advice.append(_cache_dir_advice(r))
     cached = next((x for x in r.results if x.name == CACHED), None)
     if cached is not None and r.preload_s is not None:
         advice.append(_cache_advice(r, cached, streaming))
@@ -179,20 +303,48 @@ def _recommend(r: FileBench) -> list[str]:
 
 def _how(name: str, r: FileBench) -> str:
     keys = f"{r.path!r}, {r.x_key!r}" + (f", {r.y_key!r}" if r.y_key else "")
+    if r.remote:  # the options' values may hold secrets: name them only
+        keys += ", storage_options=..." if r.storage_options else ""
+        keys += f", cache_dir={r.cache_dir or '<node-local dir>'!r}"
+    loader = f"H5LazyDataset({keys}) with batched_loader(ds, batch_size, sampler="
     if name == CHUNK:
         return (
-            f"H5LazyDataset({keys}) with batched_loader(ds, batch_size, "
-            "sampler=ChunkShuffleSampler(ds, batch_size=batch_size)): block shuffle, each "
+            loader + "ChunkShuffleSampler(ds, batch_size=batch_size)): block shuffle, each "
             "chunk decoded once per epoch"
         )
-    if name == EPOCH:
+    if name == BLOCKS:
         return (
-            f"H5LazyDataset({keys}) with batched_loader(ds, batch_size, "
-            "sampler=EpochShuffleSampler(len(ds))): full shuffle, batches read at once"
+            loader + f"ChunkShuffleSampler(ds, batch_size=batch_size, block_size="
+            f"{_BLOCK_CHUNKS} * ds.chunk_rows)): runs of {_BLOCK_CHUNKS} adjacent chunks "
+            "shuffled together, each run fetched by one request"
         )
+    if name == EPOCH:
+        return loader + "EpochShuffleSampler(len(ds))): full shuffle, batches read at once"
     if name == GETITEMS:
         return f"H5LazyDataset({keys}) with DataLoader(ds, batch_size=..., shuffle=True)"
+    if name == NAIVE_FSSPEC:
+        return (
+            "h5py on an fsspec file object (no nn_handler loader was faster: fsspec reads "
+            "ahead in large blocks, which fetches a small file whole)"
+        )
     return "a per-sample h5py Dataset (no nn_handler loader was faster on this file)"
+
+
+def _cache_dir_advice(r: FileBench) -> str:
+    cold = next((x for x in r.results if x.name == CACHE_COLD), None)
+    warm = next((x for x in r.results if x.name == CACHE_WARM), None)
+    if cold is None or warm is None:
+        return (
+            "cache_dir: pass cache_dir=<a node-local directory, e.g. NVMe scratch> so that "
+            "every epoch after the first, and every other rank and worker of the node, reads "
+            "from the node's disk instead of the network; measure it with --cache-dir DIR"
+        )
+    return (
+        f"cache_dir: {r.cache_strategy} fetched {cold.rate:,.0f} samples/s while filling a "
+        f"cache in {r.cache_dir!r}, and read the same batches back from it at "
+        f"{warm.rate:,.0f} samples/s ({warm.rate / cold.rate:.1f}x): with cache_dir, every "
+        "epoch after the first, and every other rank and worker of the node, reads from disk"
+    )
 
 
 def _cache_advice(r: FileBench, cached: Result, streaming: Result) -> str:
