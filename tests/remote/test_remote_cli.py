@@ -109,34 +109,36 @@ def test_missing_credentials_name_the_variables(s3):
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.slow  # subprocesses
-def test_bad_urls_and_options_are_one_line_errors(http, tmp_path):
+def test_bad_urls_and_options_are_one_line_errors(http, tmp_path, capsys):
     local = _write(tmp_path / "f.h5")
     cases = [
         (["inspect", http.url("nope.h5")], "no object at url="),
         (["inspect", "nosuchprotocol://b/f.h5"], "fsspec cannot open protocol"),
-        (["inspect", local, "--storage-option", "anon=true"], "applies to URLs only"),
-        (["bench", local, "--x-key", "x", "--cache-dir", tmp_path], "applies to URLs only"),
+        (["inspect", str(local), "--storage-option", "anon=true"], "applies to URLs only"),
+        (["bench", str(local), "--x-key", "x", "--cache-dir", str(tmp_path)], "applies to URLs"),
     ]
     for args, message in cases:
-        code, out, err = run(*args)
-        assert (code, out) == (1, ""), err
+        assert cli.main(args) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith(f"nn-handler {args[0]}: error: ")
         assert message in err
         assert len(err.strip().splitlines()) == 1, err
-    code, _, err = run("inspect", http.url("f.h5"), "--storage-option", "no-equals-sign")
-    assert code == 2
-    assert "expected KEY=VALUE, got 'no-equals-sign'" in err
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["inspect", http.url("f.h5"), "--storage-option", "no-equals-sign"])
+    assert usage.value.code == 2
+    assert "expected KEY=VALUE, got 'no-equals-sign'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(
     importlib.util.find_spec("gcsfs") is not None,
     reason="gcsfs is installed: gs:// URLs do not lack their package",
 )
-@pytest.mark.slow  # subprocesses
-def test_a_missing_filesystem_package_is_named():
-    code, out, err = run("inspect", "gs://bucket/f.h5")
-    assert (code, out) == (1, "")
+def test_a_missing_filesystem_package_is_named(capsys):
+    assert cli.main(["inspect", "gs://bucket/f.h5"]) == 1
+    err = capsys.readouterr().err
     assert "needs fsspec and gcsfs: pip install 'nn-handler[remote]' gcsfs" in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.timeout(60)

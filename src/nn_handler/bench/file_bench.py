@@ -17,7 +17,6 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -33,6 +32,17 @@ from ..dataloaders import (
 from ..dataloaders._io.remote.urls import is_url
 from ..dataloaders._rank_cache.memory import available_ram_bytes
 from .contenders import NaiveH5Dataset
+from .file_advice import recommend
+from .file_report import (
+    BLOCK_CHUNKS,
+    BLOCKS,
+    CACHED,
+    CHUNK,
+    EPOCH,
+    GETITEMS,
+    NAIVE,
+    FileBench,
+)
 from .remote_file import (
     CACHE_COLD,
     CACHE_WARM,
@@ -44,44 +54,10 @@ from .timing import Result, batch_len, timed_pass
 
 __all__ = ["FileBench", "bench_file"]
 
-NAIVE = "naive per-sample h5py (baseline)"
-GETITEMS = "H5LazyDataset + DataLoader(batch_size)"
-EPOCH = "H5LazyDataset + batched_loader + EpochShuffleSampler"
-CHUNK = "H5LazyDataset + batched_loader + ChunkShuffleSampler"
-BLOCKS = "H5LazyDataset + batched_loader + ChunkShuffleSampler(blocks of 8 chunks)"
-CACHED = "RankMemCachedH5Dataset (after preload)"
 _MEMORY_SHARE = 0.5  # the rank cache is tried only if it needs at most this share of free RAM
-_BLOCK_CHUNKS = 8  # URLs: adjacent chunks shuffled together, fetched by one request
 # URLs: the rank cache's preload is tried only if an epoch at the streaming rate (an upper
 # bound of the preload, which reads in long merged requests) fits in this many budgets
 _PRELOAD_BUDGETS = 10
-
-
-@dataclass
-class FileBench:
-    """What ``bench_file`` measured and what it recommends."""
-
-    path: str
-    x_key: str
-    y_key: str | None
-    samples: int
-    sample_bytes: int
-    strategy: str
-    chunk_rows: int | None
-    results: list[Result]
-    preload_s: float | None
-    skipped: list[str] = field(default_factory=list)
-    recommendation: list[str] = field(default_factory=list)
-    remote: bool = False
-    cache_dir: str | None = None
-    #: the strategy timed with ``cache_dir`` (None: not timed)
-    cache_strategy: str | None = None
-    storage_options: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def best(self) -> Result:
-        """The fastest contender."""
-        return max(self.results, key=lambda r: r.rate)
 
 
 def bench_file(
@@ -152,7 +128,7 @@ def bench_file(
     if cache_dir is not None:
         _time_cache(report, batch_size, seconds, say)
     _try_rank_cache(report, batch_size, seconds, say)
-    report.recommendation = _recommend(report)
+    report.recommendation = recommend(report)
     return report
 
 
@@ -203,7 +179,7 @@ def _samplers(r: FileBench, batch_size: int) -> dict[str, Callable[[H5LazyDatase
     if r.chunk_rows is not None and r.chunk_rows > 1:
         found[CHUNK] = lambda ds: ChunkShuffleSampler(ds, batch_size=batch_size)
         if r.remote:
-            rows = _BLOCK_CHUNKS * r.chunk_rows
+            rows = BLOCK_CHUNKS * r.chunk_rows
             found[BLOCKS] = lambda ds: ChunkShuffleSampler(
                 ds, batch_size=batch_size, block_size=rows
             )
@@ -287,79 +263,6 @@ def _slow_preload(r: FileBench, seconds: float) -> bool:
         f"{_PRELOAD_BUDGETS}x the budget (raise --seconds to time it)"
     )
     return True
-
-
-def _recommend(r: FileBench) -> list[str]:
-    apart = (CACHED, CACHE_COLD, CACHE_WARM)
-    streaming = max((x for x in r.results if x.name not in apart), key=lambda x: x.rate)
-    advice = [f"stream: {_how(streaming.name, r)} ({streaming.rate:,.0f} samples/s)"]
-    if r.remote:
-        advice.append(_cache_dir_advice(r))
-    cached = next((x for x in r.results if x.name == CACHED), None)
-    if cached is not None and r.preload_s is not None:
-        advice.append(_cache_advice(r, cached, streaming))
-    return advice
-
-
-def _how(name: str, r: FileBench) -> str:
-    keys = f"{r.path!r}, {r.x_key!r}" + (f", {r.y_key!r}" if r.y_key else "")
-    if r.remote:  # the options' values may hold secrets: name them only
-        keys += ", storage_options=..." if r.storage_options else ""
-        keys += f", cache_dir={r.cache_dir or '<node-local dir>'!r}"
-    loader = f"H5LazyDataset({keys}) with batched_loader(ds, batch_size, sampler="
-    if name == CHUNK:
-        return (
-            loader + "ChunkShuffleSampler(ds, batch_size=batch_size)): block shuffle, each "
-            "chunk decoded once per epoch"
-        )
-    if name == BLOCKS:
-        return (
-            loader + f"ChunkShuffleSampler(ds, batch_size=batch_size, block_size="
-            f"{_BLOCK_CHUNKS} * ds.chunk_rows)): runs of {_BLOCK_CHUNKS} adjacent chunks "
-            "shuffled together, each run fetched by one request"
-        )
-    if name == EPOCH:
-        return loader + "EpochShuffleSampler(len(ds))): full shuffle, batches read at once"
-    if name == GETITEMS:
-        return f"H5LazyDataset({keys}) with DataLoader(ds, batch_size=..., shuffle=True)"
-    if name == NAIVE_FSSPEC:
-        return (
-            "h5py on an fsspec file object (no nn_handler loader was faster: fsspec reads "
-            "ahead in large blocks, which fetches a small file whole)"
-        )
-    return "a per-sample h5py Dataset (no nn_handler loader was faster on this file)"
-
-
-def _cache_dir_advice(r: FileBench) -> str:
-    cold = next((x for x in r.results if x.name == CACHE_COLD), None)
-    warm = next((x for x in r.results if x.name == CACHE_WARM), None)
-    if cold is None or warm is None:
-        return (
-            "cache_dir: pass cache_dir=<a node-local directory, e.g. NVMe scratch> so that "
-            "every epoch after the first, and every other rank and worker of the node, reads "
-            "from the node's disk instead of the network; measure it with --cache-dir DIR"
-        )
-    return (
-        f"cache_dir: {r.cache_strategy} fetched {cold.rate:,.0f} samples/s while filling a "
-        f"cache in {r.cache_dir!r}, and read the same batches back from it at "
-        f"{warm.rate:,.0f} samples/s ({warm.rate / cold.rate:.1f}x): with cache_dir, every "
-        "epoch after the first, and every other rank and worker of the node, reads from disk"
-    )
-
-
-def _cache_advice(r: FileBench, cached: Result, streaming: Result) -> str:
-    assert r.preload_s is not None
-    epoch_stream = r.samples / streaming.rate
-    epoch_cached = r.samples / cached.rate
-    gain = epoch_stream - epoch_cached
-    text = (
-        f"cache: RankMemCachedH5Dataset preloads {format_bytes(r.samples * r.sample_bytes)} "
-        f"in {r.preload_s:.1f} s, then serves {cached.rate:,.0f} samples/s"
-    )
-    if gain <= 0:
-        return text + "; not faster than streaming here"
-    epochs = max(1, math.ceil(r.preload_s / gain))
-    return text + f"; it pays off from epoch {epochs} on (use it for multi-epoch training)"
 
 
 def _quiet(_line: str) -> None:
