@@ -298,8 +298,9 @@ def format_bench(report: Any) -> str:
         lines.append(f"| {r.name} | {r.rate:,.0f} | {r.mb_per_s:,.1f} | {r.rate / best:.2f} |")
     if report.remote:
         lines.append(
-            "\nover the network: every strategy without cache_dir fetches its chunks again on "
-            "every pass (each process keeps only its current window)"
+            "\nover the network, without cache_dir: each pass fetches again every chunk the "
+            "process no longer holds decoded (ChunkShuffleSampler holds its window; other "
+            "orders up to rdcc_nbytes of decoded chunks, so a small file is fetched once)"
         )
     if report.preload_s is not None:
         lines.append(f"\nRankMemCachedH5Dataset preload: {report.preload_s:.2f} s")

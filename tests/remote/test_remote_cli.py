@@ -173,7 +173,7 @@ def test_bench_a_url_with_a_cache_dir(http, tmp_path):
     assert list(rates) == [rf.NAIVE_FSSPEC, *timed, fb.CACHED]
     assert fb.NAIVE not in rates  # h5py cannot open a URL: its baseline is the fsspec one
     assert all(rate > 0 for rate in rates.values())
-    assert "every strategy without cache_dir fetches its chunks again" in out
+    assert "over the network, without cache_dir: each pass fetches again" in out
     stream, cached, _preload = out.split("recommendation:\n")[1].strip().splitlines()
     assert f"cache_dir={str(cache)!r}" in stream
     assert cached.startswith("  - cache_dir: H5LazyDataset + batched_loader + ")
