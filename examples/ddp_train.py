@@ -13,9 +13,12 @@ Where the data comes from:
   system, or the same copy on each machine). ``--make-data PATH`` writes the example's synthetic
   set (Gaussian blobs) there and exits.
 * ``--data s3://bucket/blobs.h5`` (or ``gs://``, ``az://``, ``https://``): read where it lives,
-  by byte ranges, with credentials from the environment (``docs/remote.md``). Add
+  by byte ranges, with credentials from the environment (``docs/remote.md``) or from
+  ``--storage-option KEY=VALUE`` (repeatable; VALUE is JSON when it parses, else a string:
+  ``--storage-option anon=true --storage-option endpoint_url=https://minio:9000``). Add
   ``--cache-dir /local/nvme/nnh`` to cache the pieces on each node's disk: every rank and
-  worker of a node shares it, each node fetches each piece once, and later epochs read locally.
+  worker of a node shares it, each node fetches each piece at most once, and what a node has
+  read once it reads locally from then on.
 * no ``--data``: each node writes its own copy of the synthetic set (the same seed, so the same
   rows everywhere) to its local temporary directory, and removes it at the end.
 
@@ -32,15 +35,22 @@ processes saved it (the rest of the epoch is split among the new ones)::
         --rdzv_endpoint HOST0:29400 --rdzv_id job42 examples/ddp_train.py \
         --data /shared/blobs.h5 --checkpoint /shared/run.pt --checkpoint-every-steps 50
 
+Training reads ``ChunkShuffleSampler`` order through ``batched_loader``: each chunk is read
+(fetched, for a URL) and decoded once per epoch, the block order is reshuffled every epoch and
+split among the ranks (the sampler detects the world), and a checkpoint resumes on any number of
+processes.
+
 Options: ``--samples 4000 --epochs 3 --batch-size 64 --workers 1 --checkpoint PATH
---checkpoint-every-steps N --cache-dir DIR``.
+--checkpoint-every-steps N --cache-dir DIR --storage-option KEY=VALUE``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
+from typing import Any
 
 import h5py
 import numpy as np
@@ -49,7 +59,12 @@ import torch.distributed as dist
 from torch import nn
 
 from nn_handler import NNHandler
-from nn_handler.dataloaders import H5LazyDataset, h5_worker_init_fn
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    H5LazyDataset,
+    batched_loader,
+    h5_worker_init_fn,
+)
 
 FEATURES, CLASSES = 16, 4
 
@@ -101,6 +116,17 @@ def remove_local_copy(path: str) -> None:
         os.rmdir(os.path.dirname(path))
 
 
+def storage_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` from the command line: VALUE as JSON when it parses, else the string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (outputs.argmax(1) == targets).float().mean()
 
@@ -119,6 +145,14 @@ def main() -> None:
     )
     parser.add_argument("--data", help="HDF5 file at this path on every node, or a URL")
     parser.add_argument("--cache-dir", help="for a URL: node-local directory caching its bytes")
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        type=storage_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="for a URL: one fsspec storage option (repeatable; VALUE is JSON when it parses)",
+    )
     parser.add_argument("--make-data", metavar="PATH", help="write the synthetic set and exit")
     args = parser.parse_args()
     if args.make_data:
@@ -127,14 +161,22 @@ def main() -> None:
     remote = bool(args.data) and "://" in args.data
     if args.data and not remote and not os.path.isfile(args.data):
         parser.error(f"--data {args.data!r} is not a file on this node")
+    if not remote and (args.cache_dir or args.storage_option):
+        parser.error("--cache-dir and --storage-option apply to a URL given as --data")
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     handler = NNHandler(Classifier, device=device, use_distributed=True)
     path = args.data or node_local_copy(args.samples)
     loader_options = {"num_workers": args.workers, "worker_init_fn": h5_worker_init_fn}
-    where = {"cache_dir": args.cache_dir} if remote else {}
+    where = {"cache_dir": args.cache_dir, "storage_options": dict(args.storage_option)}
+    where = where if remote else {}
     train = H5LazyDataset(path, "train/x", "train/y", **where)
-    handler.set_train_loader(train, batch_size=args.batch_size, **loader_options)
+    sampler = ChunkShuffleSampler(
+        train, seed=0, batch_size=args.batch_size, num_workers=args.workers
+    )
+    handler.set_train_loader(
+        batched_loader(train, args.batch_size, sampler=sampler, **loader_options)
+    )
     val = H5LazyDataset(path, "val/x", "val/y", **where)
     handler.set_val_loader(val, batch_size=256, **loader_options)
     handler.set_optimizer(torch.optim.Adam, lr=3e-3)

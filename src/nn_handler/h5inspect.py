@@ -10,12 +10,14 @@ dimensions) are recognised and named, with the keys to pass.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import h5py
 
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.remote.urls import is_url
 
 from ._inspect.dataset import DatasetReport, FieldReport, dataset_report, unreadable_report
 from ._inspect.structures import Structure, detect
@@ -70,20 +72,36 @@ class FileReport:
 
 
 def inspect_file(
-    path: str | os.PathLike[str], *, max_attr_chars: int = 80, max_datasets: int = 200
+    path: str | os.PathLike[str],
+    *,
+    max_attr_chars: int = 80,
+    max_datasets: int = 200,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> FileReport:
     """Describe the groups and datasets in ``path`` and advise how to load them.
 
     Args:
-        path: The HDF5 file.
+        path: The HDF5 file, or a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, any
+            fsspec URL: only the metadata is read, by byte ranges).
         max_attr_chars: String attribute values longer than this are cut (with "…").
         max_datasets: Datasets described in full; the rest are only counted (files with one
             dataset per sample can hold hundreds of thousands).
+        storage_options: For a URL: the fsspec filesystem's options (credentials, endpoint,
+            …); None: credentials from the environment.
 
     Raises:
         FileNotFoundError / OSError: the file is missing, not HDF5, or cannot be opened.
+        RemoteAccessError / RemoteReadError / ImportError: a URL's credentials are missing or
+            refused, its store keeps failing, or its filesystem package is not installed.
+        ValueError: ``storage_options`` given for a local path.
     """
-    source = H5Source(path, FileOptions(swmr=False))
+    if storage_options is not None and not is_url(path):
+        raise ValueError(
+            f"storage_options (keys {sorted(storage_options)}) applies to URLs only (s3://, "
+            f"gs://, az://, http(s)://, …), but path={os.fspath(path)!r} is a local file; "
+            "leave it out"
+        )
+    source = H5Source(path, FileOptions(swmr=False, storage_options=storage_options))
     try:
         handle = source.file
         group_names, dataset_names, errors = _walk(handle)

@@ -38,6 +38,9 @@ class RangeServer:
         self.port = free_port()
         self.requests = 0
         self.ranges: list[tuple[str, int, int]] = []
+        #: ``(X-Client header, name, start, end)`` of every range served: who asked for what
+        #: (give each "node" its own header through ``storage_options={"headers": {...}}``)
+        self.client_ranges: list[tuple[str, str, int, int]] = []
         self.fail_next: list[int] = []  # statuses for the next requests
         self.ignore_conditions = False
         self.short_replies = False  # send one byte less than asked (Content-Range says all)
@@ -94,6 +97,8 @@ class RangeServer:
         if first >= size:
             return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
         self.ranges.append((request.match_info["name"], first, last + 1))
+        client = request.headers.get("X-Client", "")
+        self.client_ranges.append((client, request.match_info["name"], first, last + 1))
         with open(path, "rb") as f:  # only the bytes asked for: large files stay cheap
             f.seek(first)
             body = f.read(last + 1 - first - int(self.short_replies))

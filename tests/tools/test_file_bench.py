@@ -3,6 +3,7 @@ import pytest
 
 from nn_handler.bench import bench_file
 from nn_handler.bench import file_bench as fb
+from nn_handler.bench.file_advice import recommend
 
 from helpers.files import images
 
@@ -60,7 +61,7 @@ def test_recommendation_follows_the_measurements(path):
         fb.Result(fb.CACHED, 60000, 1.0, 48),
     ]
     report.preload_s = 0.5
-    stream, cache = fb._recommend(report)
+    stream, cache = recommend(report)
     assert "ChunkShuffleSampler" in stream
     assert "(5,000 samples/s)" in stream
     # streaming epoch 600/5000 = 0.12 s, cached 0.01 s: 0.5 s of preload pays off in epoch 5

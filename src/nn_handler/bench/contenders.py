@@ -83,17 +83,21 @@ class NaiveH5Dataset(Dataset[Any]):
 
     def __init__(self, path: str, x_key: str, y_key: str | None = None) -> None:
         self.path, self.x_key, self.y_key = path, x_key, y_key
-        with h5py.File(path, "r") as f:
+        with self._open_file() as f:
             self.n = len(_open_key(f, x_key))
         self._x: Any = None
         self._y: Any = None
+
+    def _open_file(self) -> h5py.File:
+        """The file, opened as the user would (a subclass opens it otherwise)."""
+        return h5py.File(self.path, "r")
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> Any:
         if self._x is None:
-            f = h5py.File(self.path, "r")
+            f = self._open_file()
             self._x = _open_key(f, self.x_key)
             self._y = None if self.y_key is None else _open_key(f, self.y_key)
         x = torch.from_numpy(np.asarray(self._x[i]))
