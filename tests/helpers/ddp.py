@@ -46,7 +46,10 @@ def run_ddp(
     ]
     for proc in procs:
         proc.start()
+    started = time.monotonic()
     _wait(procs, timeout)
+    waited = time.monotonic() - started
+    failed = [rank for rank, proc in enumerate(procs) if proc.exitcode not in (0, None)]
     late = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
     for proc in procs:
         if proc.is_alive():
@@ -54,7 +57,11 @@ def run_ddp(
             proc.kill()  # in case it had not made its group yet
             proc.join(10)
     errors = [_error(out, rank) for rank in range(world_size)]
-    assert not late, f"ranks {late} still running after {timeout}s; errors: {errors}"
+    why = f"rank(s) {failed} failed" if failed else f"the {timeout:.0f} s deadline passed"
+    assert not late, (
+        f"ranks {late} still running after {waited:.0f} s ({why}); exit codes "
+        f"{[proc.exitcode for proc in procs]}; errors: {errors}"
+    )
     codes = [proc.exitcode for proc in procs]
     assert codes == [0] * world_size, f"exit codes {codes}; errors: {errors}"
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
