@@ -3,6 +3,8 @@ cause was Python's words) raises our error class naming the file, the object and
 
 from __future__ import annotations
 
+import math
+import multiprocessing
 import random
 import struct
 from pathlib import Path
@@ -19,6 +21,10 @@ from nn_handler.dataloaders import (
     DataFileError,
     H5LazyDataset,
     H5SparseDataset,
+    batched_loader,
+    decode_threads,
+    fit_chunk_cache,
+    set_decode_threads,
 )
 
 from helpers.damage import chunk_infos, rows
@@ -310,3 +316,71 @@ def test_sparse_strings_that_are_not_utf8_name_the_row_and_offer_label_encoding(
     if where == "labels":
         raw = H5SparseDataset(path, label="cell_type", label_encoding="bytes")
         assert [raw.label_categories[int(i)] for i in raw[np.arange(4)][1]] == stored
+
+
+# -- hostile arguments (issue 23, round 2): a ValueError / TypeError naming argument and value --
+
+NAN, INF = math.nan, math.inf
+
+
+@pytest.mark.parametrize(
+    ("keywords", "error", "words"),
+    [
+        ({"num_workers": 2**70}, ValueError, f"num_workers={2**70} is more than"),
+        (
+            {"num_workers": 2, "prefetch_factor": NAN},
+            TypeError,
+            "prefetch_factor must be an integer",
+        ),
+        (
+            {"num_workers": 2, "prefetch_factor": INF},
+            TypeError,
+            "prefetch_factor must be an integer",
+        ),
+        ({"num_workers": 2, "prefetch_factor": 1.5}, TypeError, "got float 1.5"),
+        ({"num_workers": 2, "prefetch_factor": True}, TypeError, "got bool True"),
+        ({"num_workers": 2, "prefetch_factor": 2**70}, ValueError, "more than 4,096 batches"),
+        ({"num_workers": 2, "timeout": NAN}, ValueError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": INF}, ValueError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": True}, TypeError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": -1}, ValueError, r"timeout must be in \[0, 9.2"),
+        ({"timeout": 5}, ValueError, "timeout=5 waits for worker processes, but num_workers is 0"),
+    ],
+)
+def test_batched_loader_refuses_hostile_worker_keywords_before_any_worker_starts(
+    tmp_path, keywords, error, words
+):
+    ds = H5LazyDataset(write(tmp_path / "f.h5", rows(10)), "x")
+    with pytest.raises(error, match=words):
+        batched_loader(ds, 4, multiprocessing_context="fork", **keywords)
+    assert multiprocessing.active_children() == []
+
+
+def test_rdcc_w0_true_is_not_a_float(tmp_path):
+    with pytest.raises(TypeError, match=r"rdcc_w0 must be a finite number in \[0, 1\], got bool"):
+        H5LazyDataset(write(tmp_path / "f.h5", rows(10)), "x", rdcc_w0=True)
+
+
+@pytest.mark.parametrize("sampler", [-1, NAN, "3"])
+def test_fit_chunk_cache_refuses_what_is_not_a_sampler(tmp_path, sampler):
+    ds = H5LazyDataset(write(tmp_path / "f.h5", rows(10), chunks=(5, 4)), "x")
+    with pytest.raises(
+        TypeError, match=f"sampler must be a sampler .* got {type(sampler).__name__}"
+    ):
+        fit_chunk_cache(ds, sampler)
+
+
+@pytest.mark.parametrize(
+    ("threads", "error", "words"),
+    [
+        (2**70, ValueError, f"threads={2**70} is more than"),
+        (0, ValueError, "threads must be >= 1, got 0"),
+        (-1, ValueError, "threads must be >= 1, got -1"),
+        (True, TypeError, "threads must be an integer, got bool True"),
+    ],
+)
+def test_set_decode_threads_refuses_hostile_counts(threads, error, words):
+    before = decode_threads()
+    with pytest.raises(error, match=words):
+        set_decode_threads(threads)
+    assert decode_threads() == before  # nothing changed

@@ -39,7 +39,7 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import DistributedSampler
 
-from .._validate import check_choice, check_int, check_non_negative_int
+from .._validate import check_choice, check_count, check_int, check_non_negative_int, check_seed
 from ..distributed import World
 from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
 from ._samplers.elastic import Phase, check_phases, per_rank, remaining_after, wrap
@@ -59,7 +59,7 @@ _EVEN_MODES: tuple[EvenMode, ...] = ("pad", "drop")
 
 
 def _check_world(total: int, world_size: int, rank: int) -> None:
-    check_non_negative_int("total", total)
+    check_count("total", total)
     World(rank=check_int("rank", rank), world_size=check_int("world_size", world_size))
 
 
@@ -81,7 +81,13 @@ def _interleaved_indices(total: int, world_size: int, rank: int) -> npt.NDArray[
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
-    """Return a permutation of ``range(n)``: a pure function of ``(seed, epoch)``."""
+    """Return a permutation of ``range(n)``: a pure function of ``(seed, epoch)``.
+
+    Raises:
+        TypeError / ValueError: ``n`` is not a size, or ``seed`` / ``epoch`` not in
+            ``[0, 2**64)``.
+    """
+    n, seed, epoch = check_count("n", n), check_seed("seed", seed), check_seed("epoch", epoch)
     rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
     return rng.permutation(n).astype(np.int64, copy=False)
 
@@ -111,7 +117,7 @@ class _EpochSampler(DistributedSampler[int]):
     def __init__(
         self, seed: int, shuffle: bool, rank: int | None = None, world_size: int | None = None
     ) -> None:
-        self.seed = check_int("seed", seed)
+        self.seed = check_seed("seed", seed)
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
         self.shuffle = shuffle
@@ -193,7 +199,7 @@ class _EpochSampler(DistributedSampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next pass yields."""
-        epoch = check_non_negative_int("epoch", epoch)
+        epoch = check_seed("epoch", epoch)
         if epoch != self.epoch:
             self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
@@ -387,11 +393,9 @@ class EpochShuffleSampler(_EpochSampler):
         shard_of: World | None = None,
     ) -> None:
         super().__init__(seed, shuffle)
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.num_samples = (
-            self.data_len
-            if num_samples is None
-            else check_non_negative_int("num_samples", num_samples)
+            self.data_len if num_samples is None else check_count("num_samples", num_samples)
         )
         if self.num_samples > 0 and self.data_len == 0:
             raise ValueError(
@@ -544,7 +548,7 @@ class DistributedEpochSampler(_EpochSampler):
         even: EvenMode = "pad",
     ) -> None:
         super().__init__(seed, shuffle, rank=rank, world_size=world_size)
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
         self._remaining_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
@@ -694,7 +698,7 @@ class ShardSampler(DistributedSampler[int]):
 
     def __init__(self, data_len: int, world: World | None = None) -> None:
         # DistributedSampler.__init__ is not called (it needs a process group); see _EpochSampler
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.world = World.detect() if world is None else world
         self.num_replicas, self.rank = self.world.world_size, self.world.rank
         self.epoch, self.seed, self.shuffle, self.drop_last = 0, 0, False, False
