@@ -21,7 +21,11 @@ accelerate's ``prepare()`` splits every loader's batches across processes itself
 the sampler a shared ``generator``. Our samplers take that as the sign that accelerate splits:
 the splitting ones then hand accelerate the whole epoch (the same order on every process) and
 move to the next epoch on each new pass, while an ``EpochShuffleSampler`` over a rank-sharded
-dataset refuses (a shard cannot be split again without losing samples).
+dataset refuses (a shard cannot be split again without losing samples). accelerate's
+``use_seedable_sampler=True`` and ``dispatch_batches=True`` split without a generator; the
+samplers find that out at the first ``set_epoch`` or pass (``_samplers/frameworks.py``) and then
+refuse as well when they split across ranks themselves (``len(loader)`` read before would have
+been wrong); an ``EpochShuffleSampler`` over a dataset of every row is exact under all three.
 
 The world (rank, world size) is looked up when the sampler is used, unless given: a sampler made
 before the process group exists (Lightning's ``ddp_spawn`` pickles it into each process) still
@@ -43,6 +47,7 @@ from .._validate import check_choice, check_count, check_int, check_non_negative
 from ..distributed import World
 from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
 from ._samplers.elastic import Phase, check_phases, per_rank, remaining_after, wrap
+from ._samplers.frameworks import accelerate_splits
 from ._sharding import shard_world_of_length
 
 __all__ = [
@@ -186,6 +191,15 @@ class _EpochSampler(DistributedSampler[int]):
     def _split_externally(self, by: str) -> None:
         self._split_by = by
 
+    def _notice_silent_split(self) -> None:
+        """Notice accelerate splitting without installing a generator (``_samplers/frameworks``)."""
+        if self._split_by is None and accelerate_splits(self):
+            self._split_silently("accelerate")
+
+    def _split_silently(self, by: str) -> None:
+        """``by`` splits this sampler's batches and told it nothing until the first pass."""
+        self._split_externally(by)
+
     # -- epochs and passes ---------------------------------------------------------------------
 
     def _order(self) -> npt.NDArray[np.int64]:
@@ -204,6 +218,7 @@ class _EpochSampler(DistributedSampler[int]):
             self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
         self._epoch_set = True
+        self._notice_silent_split()  # accelerate calls set_epoch on every process, first
 
     def __iter__(self) -> Iterator[int]:
         # Nothing happens before the first index is taken: loaders (torchdata's, torch's with
@@ -213,6 +228,7 @@ class _EpochSampler(DistributedSampler[int]):
         return self._pass(start)
 
     def _pass(self, start: int) -> Iterator[int]:
+        self._notice_silent_split()
         resumed, self._resuming, self._resume_from = self._resuming, False, 0
         if not resumed:
             self._phases = []
@@ -491,9 +507,11 @@ class EpochShuffleSampler(_EpochSampler):
                 f"{by} splits this loader's batches across its processes, but its "
                 f"EpochShuffleSampler serves a rank-sharded dataset (each process holds only its "
                 f"own shard): each would train on a fraction of its shard. Do not pass this "
-                f"loader to {by}'s prepare(); prepare the model and optimizer only and move each "
-                f"batch to accelerator.device yourself, or read the file with H5LazyDataset and "
-                f"DistributedEpochSampler / ChunkShuffleSampler, which {by} may split"
+                f"loader to {by}'s prepare(); prepare the model and optimizer only "
+                f"('model, optimizer = accelerator.prepare(model, optimizer)') and move each "
+                f"batch yourself ('x, y = x.to(accelerator.device), y.to(accelerator.device)'), "
+                f"or read the file with H5LazyDataset and DistributedEpochSampler / "
+                f"ChunkShuffleSampler, which {by} may split"
             )
         super()._split_externally(by)
 
@@ -572,6 +590,22 @@ class DistributedEpochSampler(_EpochSampler):
     def shards_indices(self) -> bool:
         """True when this sampler gives each of several ranks its own part of the indices."""
         return self._layout()[1] > 1
+
+    def _split_silently(self, by: str) -> None:
+        if not self.shards_indices:  # one rank: by's split is the only one
+            super()._split_silently(by)
+            return
+        # Handing by the whole epoch now would be exact, but len(loader) taken before this
+        # first pass (a scheduler's step count) would have been 1/world_size too small.
+        raise ValueError(
+            f"{by} splits this loader's batches across its processes without telling its "
+            f"{type(self).__name__} (accelerate's DataLoaderConfiguration("
+            "use_seedable_sampler=True) or dispatch_batches=True), which splits the epoch "
+            f"across its {self.num_replicas} ranks too: each process would train on a fraction "
+            "of its part. Keep use_seedable_sampler=False and dispatch_batches=False "
+            f"(accelerate's defaults): {by} then tells the sampler, which hands it the whole "
+            "epoch, seeded and in the same order on every process"
+        )
 
     def _state_value(self, name: str) -> Any:
         if name == "world_size":  # the world the order is split by (1 while accelerate splits)
