@@ -37,11 +37,11 @@ class World:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an integer, got {value!r}")
         check_count("world_size", self.world_size, minimum=1)
-        check_count("local_rank", self.local_rank)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(
                 f"rank must be in [0, world_size={self.world_size}), got rank={self.rank!r}"
             )
+        check_count("local_rank", self.local_rank)
 
     @property
     def is_distributed(self) -> bool:
