@@ -40,6 +40,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     DistributedEpochSampler,
+    EpochShuffleSampler,
     H5LazyDataset,
     RankMemCachedH5Dataset,
     batched_loader,
@@ -194,3 +195,67 @@ def test_rank_cache_with_accelerate_prepares_the_model_only_and_is_exact(tmp_pat
         check_exactly_once(per_rank, ROWS, max_repeats=WORLD - 1)
         assert len(per_rank[0]) == len(per_rank[1])  # the same number of steps on each rank
         assert not set(per_rank[0]) & set(per_rank[1])  # each rank trains only its own shard
+
+
+#: accelerate settings that split a prepared loader without giving its sampler a generator
+SILENT_SPLITS = ("use_seedable_sampler", "dispatch_batches")
+#: our samplers that split across ranks themselves: a second, silent split is refused
+SPLITTING_CASES = ("dist", "dist_plain", "chunk")
+
+
+def _silent_loader(case: str, path: Path) -> Any:
+    """``make_loader``'s cases, plus an ``EpochShuffleSampler`` over a dataset of every row."""
+    if case == "whole_shuffle":
+        ds = H5LazyDataset(path, "x", "y")
+        return batched_loader(ds, BATCH, sampler=EpochShuffleSampler(len(ds), seed=3))
+    return make_loader(case, path)
+
+
+def _silent_split_rank(path: str) -> dict[str, Any]:
+    """Every case through ``prepare()`` under each of ``SILENT_SPLITS``; rows or the error."""
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate.utils import set_seed
+
+    rows: dict[str, Any] = {}
+    for setting in SILENT_SPLITS:
+        set_seed(0)  # accelerate's RandomSampler stand-in draws from torch's seed
+        config = DataLoaderConfiguration(**{setting: True})
+        accelerator = Accelerator(cpu=True, dataloader_config=config)
+        for case in (*WHOLE_CASES, "whole_shuffle", *SHARD_CASES):
+            loader = accelerator.prepare(_silent_loader(case, Path(path)))
+            try:
+                rows[f"{setting}/{case}"] = _epochs(loader)
+            except ValueError as exc:
+                rows[f"{setting}/{case}"] = str(exc)
+    return {"rows": rows, "rank": accelerator.process_index}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_settings_that_split_silently_are_exact_or_refused(tmp_path):
+    """``use_seedable_sampler=True`` / ``dispatch_batches=True`` tell our samplers nothing.
+
+    The samplers notice at the first ``set_epoch`` / pass (every process, so none waits in a
+    broadcast for another): over a shard, or when they split across ranks themselves, they
+    refuse with the fix; otherwise accelerate's split is the only one and the epoch is exact.
+    """
+    path = write_indexed(tmp_path / "rows.h5")
+    ranks = run_ddp(_silent_split_rank, WORLD, tmp_path / "out", str(path), timeout=240)
+    assert [rank["rank"] for rank in ranks] == [0, 1]
+    for setting in SILENT_SPLITS:
+        for case in SHARD_CASES:
+            for rank in ranks:
+                message = rank["rows"][f"{setting}/{case}"]
+                assert isinstance(message, str), f"{setting}/{case}: a shard was split again"
+                assert "rank-sharded dataset" in message and "accelerator.prepare(model" in message
+                assert "x.to(accelerator.device)" in message
+        for case in SPLITTING_CASES:
+            for rank in ranks:
+                message = rank["rows"][f"{setting}/{case}"]
+                assert isinstance(message, str), f"{setting}/{case}: split twice, silently"
+                assert "use_seedable_sampler=False and dispatch_batches=False" in message
+        for case in ("lazy_plain", "lazy_batched", "whole_shuffle"):
+            for epoch in range(2):
+                per_rank = [rank["rows"][f"{setting}/{case}"][epoch] for rank in ranks]
+                assert isinstance(per_rank[0], list), f"{setting}/{case}: {per_rank[0]}"
+                check_exactly_once(per_rank, ROWS, max_repeats=WORLD * BATCH - 1)

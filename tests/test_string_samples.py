@@ -86,3 +86,45 @@ def test_target_transform_sees_str(path):
 def test_rank_cached_refuses_strings_with_the_alternative(path):
     with pytest.raises(TypeError, match=r"H5LazyDataset returns strings as str"):
         RankMemCachedH5Dataset(path, "x", "vlen", log_fn=lambda _: None)
+
+
+def write_latin1(tmp_path, kind):
+    """Labels stored as latin-1 bytes (row 4 is b'caf\\xe9', not UTF-8) in one string form."""
+    labels = [b"cat", b"dog", b"bird", b"dog", "café".encode("latin-1"), b"cat"]
+    path = tmp_path / f"{kind}.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(12, dtype=np.float32).reshape(6, 2)
+        if kind == "fixed":
+            f["y"] = np.array(labels, dtype="S8")
+        else:
+            charset = "utf-8" if kind == "vlen-utf8" else "ascii"  # HDF5 checks neither
+            f.create_dataset(
+                "y", data=np.array(labels, dtype=object), dtype=h5py.string_dtype(charset)
+            )
+    return path
+
+
+def stored_bytes(path):
+    with h5py.File(path) as f:
+        return [bytes(v) for v in f["y"][()].tolist()]
+
+
+@pytest.mark.parametrize("kind", ["fixed", "vlen-ascii", "vlen-utf8"])
+def test_label_encoding_reads_labels_that_are_not_utf8(tmp_path, kind):
+    path = write_latin1(tmp_path, kind)
+    raw = stored_bytes(path)
+    latin = H5LazyDataset(path, "x", "y", label_encoding="latin-1")
+    assert latin[np.arange(6)][1] == [v.decode("latin-1") for v in raw]
+    assert latin[4][1] == "café" and latin.__getitems__([4, 0])[0][1] == "café"
+    as_bytes = H5LazyDataset(path, "x", "y", label_encoding="bytes")
+    assert as_bytes[np.arange(6)][1] == raw and as_bytes[4][1] == b"caf\xe9"
+    auto = H5LazyDataset(path, "x", "y", classes="auto", label_encoding="cp1252")
+    assert auto.classes == sorted({v.decode("cp1252") for v in raw})
+    assert auto[[4, 1]][1].tolist() == [auto.label_map["café"], auto.label_map["dog"]]
+
+
+def test_label_encoding_bytes_cannot_map_classes_and_bad_codecs_are_named(path):
+    with pytest.raises(TypeError, match="label_encoding='bytes' returns the stored bytes"):
+        H5LazyDataset(path, "x", "fixed", classes="auto", label_encoding="bytes")
+    with pytest.raises(ValueError, match="label_encoding='nope' is not a Python codec"):
+        H5LazyDataset(path, "x", "fixed", label_encoding="nope")

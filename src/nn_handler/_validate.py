@@ -6,29 +6,52 @@ can fix the call without reading our source.
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
-from collections.abc import Iterable
+import os
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_SEED",
     "check_callable",
     "check_choice",
+    "check_count",
     "check_device",
     "check_int",
     "check_int_at_most",
     "check_key",
+    "check_loader_options",
     "check_non_negative_int",
+    "check_parallel",
     "check_positive_int",
+    "check_prefetch",
     "check_probability",
+    "check_real",
+    "check_seed",
     "format_bytes",
     "format_names",
+    "max_parallel",
     "numpy_dtype",
 ]
 
 _MAX_LISTED = 20
+#: the largest size, length or count: what NumPy and torch index with (int64)
+MAX_COUNT = 2**63 - 1
+#: seeds and epochs are 64-bit words of NumPy's SeedSequence; a larger one would alias a smaller
+MAX_SEED = 2**64 - 1
+# Worker processes / threads per CPU beyond which more only queue for the same cores.
+_PARALLEL_PER_CPU = 8
+_PARALLEL_FLOOR = 64
+# Batches in flight per worker: torch's DataLoader loops prefetch_factor * num_workers times at
+# the start of each epoch, whatever the epoch's length, so the value itself must stay small.
+_MAX_PREFETCH = 4096
 
 
 def format_bytes(n: int | float) -> str:
@@ -90,14 +113,115 @@ def check_int_at_most(name: str, value: int, limit: int, why: str) -> int:
     return value
 
 
+def check_count(name: str, value: Any, *, minimum: int = 0) -> int:
+    """Return ``value`` as an int in ``[minimum, MAX_COUNT]``: a size, length or count.
+
+    Larger values cannot index a NumPy array or a tensor, and would fail far from the call
+    (``OverflowError``, "Maximum allowed size exceeded") if let through.
+    """
+    result = check_int(name, value)
+    if result < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return check_int_at_most(name, result, MAX_COUNT, "a NumPy array or torch tensor size (int64)")
+
+
+def check_seed(name: str, value: Any) -> int:
+    """Return ``value`` as an int in ``[0, MAX_SEED]`` (a seed or an epoch).
+
+    Orders are drawn from ``np.random.default_rng([seed, epoch])``, whose words are 64 bits: a
+    negative or larger value would give the same order as another, smaller one.
+    """
+    result = check_int(name, value)
+    if result < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return check_int_at_most(name, result, MAX_SEED, "a 64-bit seed word")
+
+
+def check_real(
+    name: str, value: Any, *, low: float | None = None, high: float | None = None
+) -> float:
+    """Return ``value`` as a finite float in ``[low, high]`` (either bound optional).
+
+    Raises:
+        TypeError: ``value`` is not a real number (a bool or a string is not one).
+        ValueError: NaN, an infinity, or outside the bounds.
+    """
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    allowed = f"a finite number in [{lo}, {hi}]"
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__} {value!r}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    if (low is not None and result < low) or (high is not None and result > high):
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value!r}")
+    return result
+
+
 def check_probability(name: str, value: Any) -> float:
-    """Return ``value`` as a float in ``[0, 1]`` or raise ``ValueError``."""
-    try:
-        result = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}") from exc
-    if not 0.0 <= result <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    """Return ``value`` as a float in ``[0, 1]`` or raise ``ValueError`` / ``TypeError``."""
+    return check_real(name, value, low=0.0, high=1.0)
+
+
+def max_parallel() -> int:
+    """The most worker processes or threads one call may start: 8 per CPU, at least 64."""
+    return max(_PARALLEL_FLOOR, _PARALLEL_PER_CPU * (os.cpu_count() or 1))
+
+
+def check_parallel(name: str, value: Any, *, minimum: int) -> int:
+    """Return ``value`` as a number of workers or threads in ``[minimum, max_parallel()]``.
+
+    The upper bound turns a typo (``num_workers=2**20``) into an error before the first
+    process or thread starts, instead of thousands of them queueing for the same cores.
+    """
+    result = check_int(name, value)
+    if result < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    limit = max_parallel()
+    if result > limit:
+        raise ValueError(
+            f"{name}={value!r} is more than {limit:,}, the most this library starts "
+            f"({_PARALLEL_PER_CPU} per CPU of this machine's {os.cpu_count() or 1}, at least "
+            f"{_PARALLEL_FLOOR}): more would only queue for the same cores"
+        )
+    return result
+
+
+def check_loader_options(options: Mapping[str, Any]) -> None:
+    """Check the worker keywords of a ``DataLoader`` among ``options`` before any worker starts.
+
+    ``batch_size`` (None or 1 up to ``MAX_COUNT``), ``num_workers`` (0 up to
+    ``max_parallel()``), ``prefetch_factor`` (None, or 1 up to 4,096) and ``timeout``
+    (seconds, finite and >= 0; 0 waits forever; more needs workers) reach torch's DataLoader,
+    which would accept NaN, an infinity, a float or a bool there and fail (or overflow, or
+    loop) only while iterating.
+    """
+    if options.get("batch_size") is not None:
+        check_count("batch_size", options["batch_size"], minimum=1)
+    if "num_workers" in options:
+        check_parallel("num_workers", options["num_workers"], minimum=0)
+    if options.get("prefetch_factor") is not None:
+        check_prefetch("prefetch_factor", options["prefetch_factor"])
+    if "timeout" in options:
+        # threading's own limit: a longer wait overflows inside the queue torch waits on
+        timeout = check_real("timeout", options["timeout"], low=0.0, high=threading.TIMEOUT_MAX)
+        if timeout > 0 and not options.get("num_workers"):
+            raise ValueError(
+                f"timeout={options['timeout']!r} waits for worker processes, but num_workers is "
+                "0 (batches are read in this process); pass num_workers > 0 or drop timeout"
+            )
+
+
+def check_prefetch(name: str, value: Any) -> int:
+    """Return ``value`` as batches in flight per worker or thread: 1 up to 4,096."""
+    result = check_positive_int(name, value)
+    if result > _MAX_PREFETCH:
+        raise ValueError(
+            f"{name}={value!r} is more than {_MAX_PREFETCH:,} batches in flight per worker, the "
+            "most this library allows (each one is held in memory; torch's DataLoader loops "
+            "over them all at the start of every epoch)"
+        )
     return result
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from ._validate import check_count
+
 __all__ = ["World"]
 
 
@@ -34,14 +36,12 @@ class World:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an integer, got {value!r}")
-        if self.world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {self.world_size!r}")
+        check_count("world_size", self.world_size, minimum=1)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(
                 f"rank must be in [0, world_size={self.world_size}), got rank={self.rank!r}"
             )
-        if self.local_rank < 0:
-            raise ValueError(f"local_rank must be >= 0, got {self.local_rank!r}")
+        check_count("local_rank", self.local_rank)
 
     @property
     def is_distributed(self) -> bool:

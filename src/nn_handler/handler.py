@@ -32,7 +32,7 @@ from ._training.loaders import build_loader, check_loader_sharding, warn_if_not_
 from ._training.persist import load_run, save_run
 from ._training.slots import Slots
 from ._training.step import LossFn, Metric, Trainer
-from ._validate import check_callable, check_int, check_positive_int
+from ._validate import check_callable, check_count, check_seed
 
 __all__ = ["NNHandler"]
 
@@ -92,8 +92,8 @@ class NNHandler:
         check_flag("use_distributed", use_distributed)
         check_flag("progress", progress, optional=True)
         check_callable("log_fn", log_fn)
-        self._seed = check_int("seed", seed)
-        self._accumulate = check_positive_int("grad_accum_steps", grad_accum_steps)
+        self._seed = check_seed("seed", seed)
+        self._accumulate = check_count("grad_accum_steps", grad_accum_steps, minimum=1)
         self._clip = check_clip(grad_clip_norm)
         self._splitter = BatchSplitter(input_key, target_key, batch_fn)
         self._owns_group, self.world, self.device = _ddp.join(device, use_distributed, log_fn)

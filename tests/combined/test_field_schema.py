@@ -6,7 +6,6 @@ from nn_handler.dataloaders._combined.fields import (
     DEFAULT_FIELDS,
     FieldInfo,
     FileSchema,
-    as_str_array,
     field_list,
     output_fields,
     resolve_field_names,
@@ -20,26 +19,6 @@ def test_resolve_field_names_renames_and_adds():
     assert list(keys)[: len(DEFAULT_FIELDS)] == list(DEFAULT_FIELDS)
     assert keys["guid"] == "meta/id" and keys["extra"] == "x" and keys["epoch"] == "epoch"
     assert resolve_field_names(None) == {n: n for n in DEFAULT_FIELDS}
-
-
-@pytest.mark.parametrize(
-    "values",
-    [
-        np.array([b"ab", b"c", b""], dtype="S2"),
-        np.array([b"ab", "c", b""], dtype=object),
-        np.array(["ab", "c", ""]),
-    ],
-    ids=["fixed-bytes", "object-mixed", "unicode"],
-)
-def test_as_str_array(values):
-    out = as_str_array(values)
-    assert out.dtype.kind == "U" and out.tolist() == ["ab", "c", ""]
-    assert as_str_array(values.reshape(3, 1)).shape == (3, 1)
-
-
-def test_as_str_array_utf8_and_empty():
-    assert as_str_array(np.array(["é".encode()], dtype=object)).tolist() == ["é"]
-    assert as_str_array(np.array([], dtype=object)).shape == (0,)
 
 
 def test_scan_file_reads_shapes_without_data(make_h5):

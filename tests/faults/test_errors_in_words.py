@@ -3,6 +3,8 @@ cause was Python's words) raises our error class naming the file, the object and
 
 from __future__ import annotations
 
+import math
+import multiprocessing
 import random
 import struct
 from pathlib import Path
@@ -18,6 +20,11 @@ from nn_handler.dataloaders import (
     CorruptFileError,
     DataFileError,
     H5LazyDataset,
+    H5SparseDataset,
+    batched_loader,
+    decode_threads,
+    fit_chunk_cache,
+    set_decode_threads,
 )
 
 from helpers.damage import chunk_infos, rows
@@ -230,3 +237,150 @@ def test_damaged_per_rank_state_is_refused_before_anything_is_restored(tmp_path,
         CheckpointError, match=r"checkpoint '.*ck\.pt' holds damaged per-rank state"
     ):
         handler().load(path)
+
+
+def write_bad_labels(path: Path, kind: str, row: int = 7) -> Path:
+    """A file whose string labels ``y`` hold ``BAD_GUID`` at ``row``, stored as ``kind``."""
+    labels = [b"cat", b"dog"] * 5
+    labels[row] = BAD_GUID
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(20, dtype=np.float32).reshape(10, 2)
+        if kind == "fixed":
+            f["y"] = np.array(labels, dtype="S8")
+        else:
+            dtype = h5py.string_dtype("utf-8" if kind == "vlen-utf8" else "ascii")
+            f.create_dataset("y", data=np.array(labels, dtype=object), dtype=dtype)
+    return path
+
+
+LABEL_READS = {
+    "str batch": ({}, lambda ds: ds[np.arange(10)]),
+    "str sample": ({}, lambda ds: ds[7]),
+    "getitems": ({}, lambda ds: ds.__getitems__([3, 7])),
+    "classes": ({"classes": ["cat", "dog"]}, lambda ds: ds[[0, 7]]),
+    "classes auto": ({"classes": "auto"}, len),
+}
+
+
+@pytest.mark.parametrize("kind", ["fixed", "vlen-ascii", "vlen-utf8"])
+@pytest.mark.parametrize("read", list(LABEL_READS))
+def test_string_label_that_is_not_utf8_names_file_dataset_row_and_bytes(tmp_path, kind, read):
+    path = write_bad_labels(tmp_path / "f.h5", kind)
+    kwargs, use = LABEL_READS[read]
+    with pytest.raises(DataFileError) as info:
+        use(H5LazyDataset(path, "x", "y", **kwargs))
+    text = str(info.value)
+    assert f"y_key='y' of row 7 in {str(path)!r} is not utf-8 ({BAD_GUID!r}" in text
+    assert "pass label_encoding=" in text and info.value.path == str(path)
+    assert isinstance(info.value.__cause__, UnicodeDecodeError)
+
+
+def write_sparse_bad_strings(path: Path, where: str) -> Path:
+    """An AnnData-like CSR file whose string labels (or column names) are not UTF-8."""
+    labels = np.array([b"T", b"B", BAD_GUID, b"T"], dtype=object)
+    names = np.array([b"g0", b"g1", b"g2"], dtype=object)
+    if where == "names":
+        labels, names = np.array([b"T", b"B", b"B", b"T"], dtype=object), names.copy()
+        names[2] = BAD_GUID
+    vlen = h5py.string_dtype("utf-8")
+    with h5py.File(path, "w") as f:
+        x = f.create_group("X")
+        x.attrs.update({"encoding-type": "csr_matrix", "shape": (4, 3)})
+        x["data"] = np.ones(4, np.float32)
+        x["indices"] = np.array([0, 1, 2, 0])
+        x["indptr"] = np.array([0, 1, 2, 3, 4])
+        f.create_dataset("obs/cell_type", data=labels, dtype=vlen)
+        for frame, index in (("obs", [b"c0", b"c1", b"c2", b"c3"]), ("var", names)):
+            f.create_dataset(f"{frame}/_index", data=np.array(index, dtype=object), dtype=vlen)
+            f[frame].attrs.update({"encoding-type": "dataframe", "_index": "_index"})
+    return path
+
+
+@pytest.mark.parametrize("where", ["labels", "names"])
+def test_sparse_strings_that_are_not_utf8_name_the_row_and_offer_label_encoding(tmp_path, where):
+    path = write_sparse_bad_strings(tmp_path / "f.h5ad", where)
+    with pytest.raises(DataFileError) as info:
+        H5SparseDataset(path, label="cell_type")
+    text = str(info.value)
+    row = 2
+    assert f"of row {row} in {str(path)!r} is not utf-8 ({BAD_GUID!r}" in text
+    assert "pass label_encoding=" in text
+    ds = H5SparseDataset(path, label="cell_type", label_encoding="latin-1")
+    with h5py.File(path) as f:
+        stored = [bytes(v) for v in f["obs/cell_type"][()].tolist()]
+        names = [bytes(v).decode("latin-1") for v in f["var/_index"][()].tolist()]
+    assert ds.column_names == names
+    assert [ds.label_categories[int(i)] for i in ds[np.arange(4)][1]] == [
+        v.decode("latin-1") for v in stored
+    ]
+    if where == "labels":
+        raw = H5SparseDataset(path, label="cell_type", label_encoding="bytes")
+        assert [raw.label_categories[int(i)] for i in raw[np.arange(4)][1]] == stored
+
+
+# -- hostile arguments (issue 23, round 2): a ValueError / TypeError naming argument and value --
+
+NAN, INF = math.nan, math.inf
+
+
+@pytest.mark.parametrize(
+    ("keywords", "error", "words"),
+    [
+        ({"num_workers": 2**70}, ValueError, f"num_workers={2**70} is more than"),
+        (
+            {"num_workers": 2, "prefetch_factor": NAN},
+            TypeError,
+            "prefetch_factor must be an integer",
+        ),
+        (
+            {"num_workers": 2, "prefetch_factor": INF},
+            TypeError,
+            "prefetch_factor must be an integer",
+        ),
+        ({"num_workers": 2, "prefetch_factor": 1.5}, TypeError, "got float 1.5"),
+        ({"num_workers": 2, "prefetch_factor": True}, TypeError, "got bool True"),
+        ({"num_workers": 2, "prefetch_factor": 2**70}, ValueError, "more than 4,096 batches"),
+        ({"num_workers": 2, "timeout": NAN}, ValueError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": INF}, ValueError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": True}, TypeError, "timeout must be a finite number"),
+        ({"num_workers": 2, "timeout": -1}, ValueError, r"timeout must be in \[0, 9.2"),
+        ({"timeout": 5}, ValueError, "timeout=5 waits for worker processes, but num_workers is 0"),
+    ],
+)
+def test_batched_loader_refuses_hostile_worker_keywords_before_any_worker_starts(
+    tmp_path, keywords, error, words
+):
+    ds = H5LazyDataset(write(tmp_path / "f.h5", rows(10)), "x")
+    with pytest.raises(error, match=words):
+        batched_loader(ds, 4, multiprocessing_context="fork", **keywords)
+    assert multiprocessing.active_children() == []
+
+
+def test_rdcc_w0_true_is_not_a_float(tmp_path):
+    with pytest.raises(TypeError, match=r"rdcc_w0 must be a finite number in \[0, 1\], got bool"):
+        H5LazyDataset(write(tmp_path / "f.h5", rows(10)), "x", rdcc_w0=True)
+
+
+@pytest.mark.parametrize("sampler", [-1, NAN, "3"])
+def test_fit_chunk_cache_refuses_what_is_not_a_sampler(tmp_path, sampler):
+    ds = H5LazyDataset(write(tmp_path / "f.h5", rows(10), chunks=(5, 4)), "x")
+    with pytest.raises(
+        TypeError, match=f"sampler must be a sampler .* got {type(sampler).__name__}"
+    ):
+        fit_chunk_cache(ds, sampler)
+
+
+@pytest.mark.parametrize(
+    ("threads", "error", "words"),
+    [
+        (2**70, ValueError, f"threads={2**70} is more than"),
+        (0, ValueError, "threads must be >= 1, got 0"),
+        (-1, ValueError, "threads must be >= 1, got -1"),
+        (True, TypeError, "threads must be an integer, got bool True"),
+    ],
+)
+def test_set_decode_threads_refuses_hostile_counts(threads, error, words):
+    before = decode_threads()
+    with pytest.raises(error, match=words):
+        set_decode_threads(threads)
+    assert decode_threads() == before  # nothing changed

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._validate import check_callable, check_int, check_positive_int
+from .._validate import check_callable, check_count
 
 
 def check_flag(name: str, value: Any, *, optional: bool = False) -> None:
@@ -81,11 +81,9 @@ def check_train_args(
     epochs: Any, max_steps: Any, path: Any, every: Any
 ) -> tuple[int, int | None, int | None]:
     """Validate ``train()``'s arguments; returns ``(epochs, max_steps, every)``."""
-    epochs = check_int("epochs", epochs)
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs!r}")
-    max_steps = None if max_steps is None else check_positive_int("max_steps", max_steps)
-    every = None if every is None else check_positive_int("checkpoint_every_steps", every)
+    epochs = check_count("epochs", epochs)
+    max_steps = None if max_steps is None else check_count("max_steps", max_steps, minimum=1)
+    every = None if every is None else check_count("checkpoint_every_steps", every, minimum=1)
     if every is not None and path is None:
         raise ValueError(f"checkpoint_every_steps={every!r} needs checkpoint_path= (where to save)")
     return epochs, max_steps, every

@@ -35,7 +35,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from .._validate import format_names
+from .._validate import check_loader_options, format_names
 from ..dataloaders import (
     STATE_CONSUMED,
     BatchedDataset,
@@ -80,6 +80,7 @@ def build_loader(
             f"{format_names(LOADER_KEYWORDS)}"
         )
     options = dict(kwargs)
+    check_loader_options(options)  # before any worker starts
     shuffle = options.pop("shuffle", None)
     check_not_resharded(data, options.get("sampler"), options.get("batch_sampler"))
     if _needs_sampler(data, options):

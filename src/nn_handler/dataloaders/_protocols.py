@@ -33,6 +33,7 @@ __all__ = [
     "Resumable",
     "SplitsRanks",
     "VariableBlocks",
+    "WrapsSampler",
     "indexes_batches",
     "is_rank_sharded",
     "set_epoch_once",
@@ -152,6 +153,13 @@ class SplitsRanks(Protocol):
     """
 
     shards_indices: bool
+
+
+@runtime_checkable
+class WrapsSampler(Protocol):
+    """A sampler that draws from another one (torch's ``BatchSampler``, our readahead)."""
+
+    sampler: Any
 
 
 @runtime_checkable

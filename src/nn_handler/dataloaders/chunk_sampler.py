@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._validate import check_non_negative_int, check_positive_int
+from .._validate import check_count, check_parallel
 from ._protocols import ChunkAware, VariableBlocks
 from ._samplers.elastic import per_rank, wrap
 from .samplers import DistributedEpochSampler, EvenMode
@@ -134,12 +134,12 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         self.window_chunks = (
             _default_window(dataset, cache_rows)
             if window_chunks is None
-            else check_positive_int("window_chunks", window_chunks)
+            else check_count("window_chunks", window_chunks, minimum=1)
         )
         self.batch_size = (
-            None if batch_size is None else check_positive_int("batch_size", batch_size)
+            None if batch_size is None else check_count("batch_size", batch_size, minimum=1)
         )
-        self.num_workers = check_non_negative_int("num_workers", num_workers)
+        self.num_workers = check_parallel("num_workers", num_workers, minimum=0)
         if self.num_workers > 1 and self.batch_size is None:
             raise ValueError(
                 f"num_workers={num_workers!r} needs batch_size=<the loader's batch size> so "
@@ -319,7 +319,7 @@ def _length(dataset: Any) -> int:
     if isinstance(dataset, bool):
         raise TypeError(f"dataset must be a dataset or its length, got {dataset!r}")
     if isinstance(dataset, (int, np.integer)):
-        return check_non_negative_int("dataset", dataset)
+        return check_count("dataset", dataset)
     if not isinstance(dataset, Sized):
         raise TypeError(
             f"dataset must be a dataset with a length or an int, got {type(dataset).__name__}"
@@ -329,13 +329,13 @@ def _length(dataset: Any) -> int:
 
 def _block_size(dataset: Any, block_size: int | None) -> int:
     if block_size is not None:
-        return check_positive_int("block_size", block_size)
+        return check_count("block_size", block_size, minimum=1)
     if not isinstance(dataset, ChunkAware):
         raise TypeError(
             f"{type(dataset).__name__} has no chunk_rows: pass block_size=<rows per chunk>"
         )
     rows = dataset.chunk_rows
-    return 1 if rows is None else check_positive_int("chunk_rows", rows)
+    return 1 if rows is None else check_count("chunk_rows", rows, minimum=1)
 
 
 def _block_starts(

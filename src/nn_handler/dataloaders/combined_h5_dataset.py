@@ -20,7 +20,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from .._validate import check_choice, check_non_negative_int, check_positive_int
+from .._validate import (
+    check_choice,
+    check_count,
+    check_loader_options,
+    check_positive_int,
+)
 from ..distributed import World
 from ._combined.batch import check_float_dtype, read_rows, to_batch
 from ._combined.cache import SampleCache
@@ -194,7 +199,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         cache_limit: int | None = None,
     ) -> None:
         self.dtype = check_float_dtype(dtype)
-        self.cache_size = check_non_negative_int("cache_size", cache_size)
+        self.cache_size = check_count("cache_size", cache_size)
         self.pin_memory = _check_bool("pin_memory", pin_memory)
         spec = FilterSpec.build(
             allowed_guids=allowed_guids,
@@ -425,6 +430,7 @@ def create_optimized_dataloader(
     world = World.detect(rank=rank, world_size=world_size)  # fail before reading any file
     workers = choose_workers(num_workers, world.world_size)
     options = loader_options(workers, pin_memory, persistent_workers, prefetch_factor)
+    check_loader_options({**options, "timeout": timeout})
     if workers:
         options.update(multiprocessing_context=multiprocessing_context, timeout=timeout)
     # batches are pinned by the DataLoader (after the workers), not by the dataset

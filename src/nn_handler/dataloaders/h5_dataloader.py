@@ -19,12 +19,12 @@ from torch.utils.data import Dataset
 
 from .._validate import check_callable, check_key, numpy_dtype
 from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
-from ._io.file.types import as_str_array
+from ._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
 from ._io.indices import is_scalar_index
 from ._io.rows.fields import Reader, open_reader, row_reader
 from ._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
 from ._io.rows.reader import RowReader
-from ._samples.columns import Column, label_map_from
+from ._samples.columns import ENCODING_ARG, Column, label_map_from
 from ._samples.split import restack, split_samples
 from ._samples.worker_batches import read_batch
 
@@ -81,6 +81,11 @@ class H5LazyDataset(Dataset[Sample]):
             ``"auto"`` for every stored label, sorted (read once, at construction). Targets
             are then ``int64`` class indices, ready for ``CrossEntropyLoss``.
         label_map: For string targets: ``{label: class index}`` (instead of ``classes``).
+        label_encoding: How string datasets (x or y) are decoded: ``"utf-8"`` (what HDF5 and
+            h5py write), any Python text codec (``"latin-1"`` decodes every byte string), or
+            ``"bytes"`` for the stored bytes (not with ``classes`` / ``label_map``). A string
+            the encoding cannot decode raises ``DataFileError`` naming the file, the row and
+            the bytes.
 
     Attributes:
         label_map: ``{label: class index}`` used for string targets, or None.
@@ -95,6 +100,8 @@ class H5LazyDataset(Dataset[Sample]):
             key would work), or ``classes`` / ``label_map`` are given for numeric targets.
         RuntimeError: a dataset is compressed with a filter that cannot be decoded here (the
             message names the filter and the package that provides it).
+        DataFileError: ``classes="auto"`` reads a label that ``label_encoding`` cannot decode
+            (reads raise it too, for the rows they read).
 
     Example:
         >>> ds = H5LazyDataset("data.h5", "images", "labels", x_dtype=np.float32)
@@ -125,6 +132,7 @@ class H5LazyDataset(Dataset[Sample]):
         cache_limit: int | None = None,
         classes: Sequence[str] | str | None = None,
         label_map: Mapping[str, int] | None = None,
+        label_encoding: str = "utf-8",
     ) -> None:
         check_key("x_key", x_key, optional=False)
         check_key("y_key", y_key, optional=True)
@@ -134,6 +142,7 @@ class H5LazyDataset(Dataset[Sample]):
         self.y_dtype = numpy_dtype("y_dtype", y_dtype)
         self.transform = transform
         self.target_transform = target_transform
+        self.label_encoding = check_encoding(ENCODING_ARG, label_encoding)
         options = FileOptions(
             rdcc_nbytes,
             rdcc_nslots,
@@ -161,7 +170,7 @@ class H5LazyDataset(Dataset[Sample]):
         label_map: Mapping[str, int] | None,
     ) -> None:
         self._x = open_reader(self._source, x_key, arg="x_key")
-        self._x_col = _column(self._x, "x", self.x_dtype, None)
+        self._x_col = self._column(self._x, "x", self.x_dtype, None)
         self._y: Reader | None = None
         self._y_col: Column | None = None
         if y_key is None:
@@ -176,10 +185,33 @@ class H5LazyDataset(Dataset[Sample]):
                 f"{self._y.length}; both need the same length along axis 0"
             )
         y = self._y
-        self.label_map = label_map_from(
-            classes, label_map, lambda: as_str_array(y.read_range(0, y.length)).ravel().tolist()
+        if self.label_encoding == BYTES and (classes is not None or label_map is not None):
+            raise TypeError(
+                f"{ENCODING_ARG}='bytes' returns the stored bytes, but classes= / label_map= "
+                "map str labels; pass the labels' encoding (e.g. 'latin-1') instead"
+            )
+        self.label_map = label_map_from(classes, label_map, lambda: self._every_label(y))
+        self._y_col = self._column(y, "y", self.y_dtype, self.label_map)
+
+    def _every_label(self, y: Reader) -> list[str]:
+        where = in_rows(f"y_key={y.key!r}", ENCODING_ARG, y.source.path, np.arange(y.length))
+        labels = decode_strings(y.read_range(0, y.length), self.label_encoding, where)
+        return labels.tolist()  # type: ignore[no-any-return]
+
+    def _column(
+        self, reader: Reader, which: str, cast: Any, label_map: Mapping[str, int] | None
+    ) -> Column:
+        return Column(
+            f"{which}_key",
+            reader.key,
+            reader.dtype,
+            reader.row_shape,
+            cast,
+            f"{which}_dtype",
+            label_map,
+            encoding=self.label_encoding,
+            origin=(reader.source.path, reader.length),
         )
-        self._y_col = _column(y, "y", self.y_dtype, self.label_map)
 
     @property
     def classes(self) -> list[str] | None:
@@ -304,10 +336,10 @@ class H5LazyDataset(Dataset[Sample]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
-        xs = self._x_col.samples(self._x.read(indices))
+        xs = self._x_col.samples(self._x.read(indices), indices)
         ys = None
         if self._y is not None and self._y_col is not None:
-            ys = self._y_col.samples(self._y.read(indices))
+            ys = self._y_col.samples(self._y.read(indices), indices)
         return split_samples(xs, ys, self.transform, self.target_transform)
 
     def close(self) -> None:
@@ -343,8 +375,8 @@ class H5LazyDataset(Dataset[Sample]):
             return read_batch(reader, indices, column.cast)
         rows = reader.read(indices)
         if fn is None:
-            return column.batch(rows)
-        return restack(fn, column.samples(rows))
+            return column.batch(rows, indices)
+        return restack(fn, column.samples(rows, indices))
 
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {_describe(self._x, self.x_dtype)}"]
@@ -363,18 +395,6 @@ def h5_worker_init_fn(_worker_id: int) -> None:
     Chain it from your own ``worker_init_fn`` if you have one.
     """
     close_inherited_sources()
-
-
-def _column(reader: Reader, which: str, cast: Any, label_map: Mapping[str, int] | None) -> Column:
-    return Column(
-        f"{which}_key",
-        reader.key,
-        reader.dtype,
-        reader.row_shape,
-        cast,
-        f"{which}_dtype",
-        label_map,
-    )
 
 
 def _describe(reader: Reader, cast: np.dtype[Any] | None) -> str:

@@ -22,9 +22,11 @@ from torch.utils.data import Dataset
 from .._validate import check_choice, check_key, numpy_dtype
 from ._io.file.paths import check_paths
 from ._io.file.source import FileOptions, LockingMode
+from ._io.file.strings import check_encoding
 from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
 from ._io.rows.plan import WindowPlan, grow_cache
+from ._samples.columns import ENCODING_ARG
 from ._samples.split import split_samples
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
@@ -78,10 +80,16 @@ class H5SparseDataset(Dataset[Any]):
             node, that caches the objects' bytes; None: nothing is written to disk.
         cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
             recently used first); None: no cap.
+        label_encoding: How stored strings (string labels and column names) are decoded:
+            ``"utf-8"`` (what anndata and h5py write), any Python text codec (``"latin-1"``
+            decodes every byte string), or ``"bytes"`` for label categories as the stored
+            bytes (column names are then read as UTF-8). A string the encoding cannot decode
+            raises ``DataFileError`` naming the file, the dataset, the row and the bytes.
 
     Raises:
         FileNotFoundError / OSError: a file is missing or not HDF5, or a CSR copy cannot be
             written.
+        DataFileError: a stored string is not valid in ``label_encoding``.
         KeyError: the group, label or a column name is missing (the message lists what exists).
         ValueError: the matrix is invalid or the files do not agree on their columns.
         TypeError: an argument has the wrong type.
@@ -115,12 +123,14 @@ class H5SparseDataset(Dataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        label_encoding: str = "utf-8",
     ) -> None:
         check_key("group", group, optional=True)
         check_key("label", label, optional=True)
         check_key("var_key", var_key, optional=True)
         self.output: Output = check_choice("output", output, _OUTPUTS)
         self.dtype = _value_dtype(dtype)
+        strings = (check_encoding(ENCODING_ARG, label_encoding), ENCODING_ARG)
         options = FileOptions(
             rdcc_nbytes,
             rdcc_nslots,
@@ -136,7 +146,14 @@ class H5SparseDataset(Dataset[Any]):
         folder = None if sidecar_dir is None else os.fspath(sidecar_dir)
         self._files: list[SparseFile] = [
             open_sparse_file(
-                p, group, options, csc=mode, sidecar_dir=folder, var_key=var_key, label=label
+                p,
+                group,
+                options,
+                csc=mode,
+                sidecar_dir=folder,
+                var_key=var_key,
+                label=label,
+                strings=strings,
             )
             for p in check_paths(paths, file_objects=True)
         ]

@@ -16,7 +16,7 @@ attributes (Lightning, accelerate, torchdata) sees the structure it expects.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence, Sized
+from collections.abc import Iterable, Sequence, Sized
 from typing import Any, Literal
 
 import torch
@@ -30,7 +30,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from .._validate import check_choice, check_non_negative_int, check_positive_int
+from .._validate import check_choice, check_count, check_loader_options, check_non_negative_int
 from . import _sharding
 from ._io.rows.plan import WindowPlan
 from ._loader.readahead import ReadaheadSampler
@@ -221,11 +221,16 @@ def batched_loader(
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
 
     Raises:
-        TypeError: the dataset cannot index batches, or a keyword would conflict.
+        TypeError: the dataset cannot index batches, or a keyword would conflict; a
+            ``batch_size``, ``num_workers``, ``prefetch_factor`` or ``timeout`` of the wrong type
+            (a bool or a string included).
         ValueError: ``shuffle=True`` together with a ``sampler``, an unknown ``worker_mode``,
-            or a sampler that splits a rank-sharded dataset again.
+            or a sampler that splits a rank-sharded dataset again; ``num_workers`` above 8 per
+            CPU (at least 64), ``prefetch_factor`` outside 1..4,096, or a ``timeout`` that is
+            negative, NaN or infinite (0 waits forever).
     """
-    check_positive_int("batch_size", batch_size)
+    check_count("batch_size", batch_size, minimum=1)
+    check_loader_options(dataloader_kwargs)  # before any worker process or thread starts
     view = BatchedDataset(dataset)
     for key in ("batch_size", "batch_sampler", "collate_fn"):
         if key in dataloader_kwargs:
@@ -298,7 +303,11 @@ def fit_chunk_cache(dataset: object, sampler: object) -> None:
     Nothing happens unless the sampler walks chunk windows and the dataset has a chunk cache;
     growing the cache also needs the sampler's ``size_cache``. A ``ChunkAware`` dataset
     without ``plan_window`` has its cache grown through ``set_chunk_cache``.
+
+    Raises:
+        TypeError: ``sampler`` is not a sampler (a number or a string, say).
     """
+    _check_sampler("sampler", sampler)
     if not isinstance(sampler, ChunkWindowed) or not isinstance(dataset, ChunkAware):
         return
     plan = WindowPlan(sampler.cache_block_rows, sampler.window_chunks, sampler.size_cache)
@@ -312,6 +321,18 @@ def fit_chunk_cache(dataset: object, sampler: object) -> None:
     after = dataset.chunk_cache_nbytes
     if after > before:
         _log_growth(dataset, plan, before, after)
+
+
+def _check_sampler(name: str, sampler: object) -> None:
+    """Raise ``TypeError`` unless ``sampler`` can be one: an iterable of indices, not text."""
+    if isinstance(sampler, Sampler) or (
+        isinstance(sampler, Iterable) and not isinstance(sampler, str | bytes)
+    ):
+        return
+    raise TypeError(
+        f"{name} must be a sampler (a torch.utils.data.Sampler or an iterable of indices), "
+        f"got {type(sampler).__name__} {sampler!r}"
+    )
 
 
 def _log_growth(dataset: object, plan: WindowPlan, before: int, after: int) -> None:

@@ -22,7 +22,7 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader
 
-from .._validate import check_device, check_positive_int
+from .._validate import check_device, check_prefetch
 from ._protocols import set_epoch_once
 
 __all__ = ["DevicePrefetcher"]
@@ -38,7 +38,7 @@ class DevicePrefetcher:
         loader: Any iterable of batches (a ``DataLoader``, ``batched_loader``, a list, …).
         device: Target device. None picks ``"cuda"`` when available, else ``"cpu"`` (logged
             once).
-        depth: Batches in flight ahead of the one being used (``>= 1``).
+        depth: Batches in flight ahead of the one being used (1 to 4,096).
 
     Raises:
         ValueError: ``device`` is not a device.
@@ -54,7 +54,7 @@ class DevicePrefetcher:
     ) -> None:
         self.loader = loader
         self.device = _resolve(device)
-        self.depth = check_positive_int("depth", depth)
+        self.depth = check_prefetch("depth", depth)
 
     def __len__(self) -> int:
         if not hasattr(self.loader, "__len__"):

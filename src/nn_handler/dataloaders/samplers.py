@@ -21,7 +21,11 @@ accelerate's ``prepare()`` splits every loader's batches across processes itself
 the sampler a shared ``generator``. Our samplers take that as the sign that accelerate splits:
 the splitting ones then hand accelerate the whole epoch (the same order on every process) and
 move to the next epoch on each new pass, while an ``EpochShuffleSampler`` over a rank-sharded
-dataset refuses (a shard cannot be split again without losing samples).
+dataset refuses (a shard cannot be split again without losing samples). accelerate's
+``use_seedable_sampler=True`` and ``dispatch_batches=True`` split without a generator; the
+samplers find that out at the first ``set_epoch`` or pass (``_samplers/frameworks.py``) and then
+refuse as well when they split across ranks themselves (``len(loader)`` read before would have
+been wrong); an ``EpochShuffleSampler`` over a dataset of every row is exact under all three.
 
 The world (rank, world size) is looked up when the sampler is used, unless given: a sampler made
 before the process group exists (Lightning's ``ddp_spawn`` pickles it into each process) still
@@ -39,10 +43,11 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import DistributedSampler
 
-from .._validate import check_choice, check_int, check_non_negative_int
+from .._validate import check_choice, check_count, check_int, check_non_negative_int, check_seed
 from ..distributed import World
 from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
 from ._samplers.elastic import Phase, check_phases, per_rank, remaining_after, wrap
+from ._samplers.frameworks import accelerate_splits
 from ._sharding import shard_world_of_length
 
 __all__ = [
@@ -59,7 +64,7 @@ _EVEN_MODES: tuple[EvenMode, ...] = ("pad", "drop")
 
 
 def _check_world(total: int, world_size: int, rank: int) -> None:
-    check_non_negative_int("total", total)
+    check_count("total", total)
     World(rank=check_int("rank", rank), world_size=check_int("world_size", world_size))
 
 
@@ -81,7 +86,13 @@ def _interleaved_indices(total: int, world_size: int, rank: int) -> npt.NDArray[
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
-    """Return a permutation of ``range(n)``: a pure function of ``(seed, epoch)``."""
+    """Return a permutation of ``range(n)``: a pure function of ``(seed, epoch)``.
+
+    Raises:
+        TypeError / ValueError: ``n`` is not a size, or ``seed`` / ``epoch`` not in
+            ``[0, 2**64)``.
+    """
+    n, seed, epoch = check_count("n", n), check_seed("seed", seed), check_seed("epoch", epoch)
     rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
     return rng.permutation(n).astype(np.int64, copy=False)
 
@@ -111,7 +122,7 @@ class _EpochSampler(DistributedSampler[int]):
     def __init__(
         self, seed: int, shuffle: bool, rank: int | None = None, world_size: int | None = None
     ) -> None:
-        self.seed = check_int("seed", seed)
+        self.seed = check_seed("seed", seed)
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
         self.shuffle = shuffle
@@ -180,6 +191,15 @@ class _EpochSampler(DistributedSampler[int]):
     def _split_externally(self, by: str) -> None:
         self._split_by = by
 
+    def _notice_silent_split(self) -> None:
+        """Notice accelerate splitting without installing a generator (``_samplers/frameworks``)."""
+        if self._split_by is None and accelerate_splits(self):
+            self._split_silently("accelerate")
+
+    def _split_silently(self, by: str) -> None:
+        """``by`` splits this sampler's batches and told it nothing until the first pass."""
+        self._split_externally(by)
+
     # -- epochs and passes ---------------------------------------------------------------------
 
     def _order(self) -> npt.NDArray[np.int64]:
@@ -193,11 +213,12 @@ class _EpochSampler(DistributedSampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next pass yields."""
-        epoch = check_non_negative_int("epoch", epoch)
+        epoch = check_seed("epoch", epoch)
         if epoch != self.epoch:
             self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
         self._epoch_set = True
+        self._notice_silent_split()  # accelerate calls set_epoch on every process, first
 
     def __iter__(self) -> Iterator[int]:
         # Nothing happens before the first index is taken: loaders (torchdata's, torch's with
@@ -207,6 +228,7 @@ class _EpochSampler(DistributedSampler[int]):
         return self._pass(start)
 
     def _pass(self, start: int) -> Iterator[int]:
+        self._notice_silent_split()
         resumed, self._resuming, self._resume_from = self._resuming, False, 0
         if not resumed:
             self._phases = []
@@ -387,11 +409,9 @@ class EpochShuffleSampler(_EpochSampler):
         shard_of: World | None = None,
     ) -> None:
         super().__init__(seed, shuffle)
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.num_samples = (
-            self.data_len
-            if num_samples is None
-            else check_non_negative_int("num_samples", num_samples)
+            self.data_len if num_samples is None else check_count("num_samples", num_samples)
         )
         if self.num_samples > 0 and self.data_len == 0:
             raise ValueError(
@@ -487,9 +507,11 @@ class EpochShuffleSampler(_EpochSampler):
                 f"{by} splits this loader's batches across its processes, but its "
                 f"EpochShuffleSampler serves a rank-sharded dataset (each process holds only its "
                 f"own shard): each would train on a fraction of its shard. Do not pass this "
-                f"loader to {by}'s prepare(); prepare the model and optimizer only and move each "
-                f"batch to accelerator.device yourself, or read the file with H5LazyDataset and "
-                f"DistributedEpochSampler / ChunkShuffleSampler, which {by} may split"
+                f"loader to {by}'s prepare(); prepare the model and optimizer only "
+                f"('model, optimizer = accelerator.prepare(model, optimizer)') and move each "
+                f"batch yourself ('x, y = x.to(accelerator.device), y.to(accelerator.device)'), "
+                f"or read the file with H5LazyDataset and DistributedEpochSampler / "
+                f"ChunkShuffleSampler, which {by} may split"
             )
         super()._split_externally(by)
 
@@ -544,7 +566,7 @@ class DistributedEpochSampler(_EpochSampler):
         even: EvenMode = "pad",
     ) -> None:
         super().__init__(seed, shuffle, rank=rank, world_size=world_size)
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
         self._remaining_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
@@ -568,6 +590,22 @@ class DistributedEpochSampler(_EpochSampler):
     def shards_indices(self) -> bool:
         """True when this sampler gives each of several ranks its own part of the indices."""
         return self._layout()[1] > 1
+
+    def _split_silently(self, by: str) -> None:
+        if not self.shards_indices:  # one rank: by's split is the only one
+            super()._split_silently(by)
+            return
+        # Handing by the whole epoch now would be exact, but len(loader) taken before this
+        # first pass (a scheduler's step count) would have been 1/world_size too small.
+        raise ValueError(
+            f"{by} splits this loader's batches across its processes without telling its "
+            f"{type(self).__name__} (accelerate's DataLoaderConfiguration("
+            "use_seedable_sampler=True) or dispatch_batches=True), which splits the epoch "
+            f"across its {self.num_replicas} ranks too: each process would train on a fraction "
+            "of its part. Keep use_seedable_sampler=False and dispatch_batches=False "
+            f"(accelerate's defaults): {by} then tells the sampler, which hands it the whole "
+            "epoch, seeded and in the same order on every process"
+        )
 
     def _state_value(self, name: str) -> Any:
         if name == "world_size":  # the world the order is split by (1 while accelerate splits)
@@ -694,7 +732,7 @@ class ShardSampler(DistributedSampler[int]):
 
     def __init__(self, data_len: int, world: World | None = None) -> None:
         # DistributedSampler.__init__ is not called (it needs a process group); see _EpochSampler
-        self.data_len = check_non_negative_int("data_len", data_len)
+        self.data_len = check_count("data_len", data_len)
         self.world = World.detect() if world is None else world
         self.num_replicas, self.rank = self.world.world_size, self.world.rank
         self.epoch, self.seed, self.shuffle, self.drop_last = 0, 0, False, False

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .._validate import check_choice, check_non_negative_int
+from .._validate import check_choice, check_count
 from ..distributed import World
 from ._protocols import STATE_PHASES
 from .samplers import EpochShuffleSampler, _fit_length, epoch_permutation
@@ -80,7 +80,7 @@ class ShardEpochSampler(EpochShuffleSampler):
         seed: int = 0,
         shuffle: bool = True,
     ) -> None:
-        self.total = check_non_negative_int("total", total)
+        self.total = check_count("total", total)
         self.mode: ShardMode = check_choice("mode", mode, ("contiguous", "interleave"))
         self.equal_steps: EqualSteps = check_choice(
             "equal_steps", equal_steps, ("pad", "drop", None)

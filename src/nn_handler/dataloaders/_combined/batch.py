@@ -19,7 +19,7 @@ from .._samples.tensors import to_tensor
 from .fields import VALID_MASK, OutputField
 from .file_pool import FilePool
 from .metadata import valid_steps
-from .strings import Where, decode_strings, in_file
+from .strings import ARG, Where, decode_strings, in_file
 
 __all__ = [
     "BatchPlan",
@@ -92,7 +92,7 @@ def read_rows(
     files, rows = file_of[idx], row_of[idx]
     paths = [source.path for source in pool.sources]
     for name, column in plan.resident.items():
-        where = (name, lambda k: (paths[int(files[k])], int(rows[k])))
+        where = Where(name, ARG, lambda k: (paths[int(files[k])], f"row {int(rows[k])}"))
         out[name][...] = _decoded(column[idx], plan, name, where)
     stored = plan.stored
     nbytes = 0

@@ -18,7 +18,7 @@ import numpy as np
 from ..._validate import format_names
 from .._io.file.filters import check_filters_at
 from .._io.file.source import H5Source, dataset_keys
-from .._io.file.types import as_str_array, is_string_dtype
+from .._io.file.types import is_string_dtype
 from .._io.formats.members import describe_field
 from .._io.rows.keys import FIELD_SEPARATOR
 
@@ -28,7 +28,6 @@ __all__ = [
     "FieldInfo",
     "FileSchema",
     "OutputField",
-    "as_str_array",
     "check_filters_of",
     "check_present",
     "field_list",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._validate import check_positive_int
+from ..._validate import check_count
 from .._io.file.paths import check_paths
 from .._io.file.source import FileOptions, H5Source
 from .._io.indices import IndexArray
@@ -48,7 +48,7 @@ class FilePool:
         keys: Mapping[str, str],
         max_open: int,
     ) -> None:
-        self.max_open = check_positive_int("max_open_files", max_open)
+        self.max_open = check_count("max_open_files", max_open, minimum=1)
         self.sources = [H5Source(path, options) for path in check_paths(paths)]
         self.keys = dict(keys)
         self._local: PerProcess[_OpenFiles] = PerProcess()

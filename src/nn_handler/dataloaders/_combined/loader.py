@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..._validate import check_non_negative_int, check_positive_int, format_names
+from ..._validate import check_parallel, check_positive_int, check_prefetch, format_names
 
 __all__ = ["check_dataset_kwargs", "choose_workers", "loader_options"]
 
@@ -43,7 +43,7 @@ def check_dataset_kwargs(
 
 def choose_workers(num_workers: int | None, world_size: int) -> int:
     if num_workers is not None:
-        return check_non_negative_int("num_workers", num_workers)  # torch warns above the cores
+        return check_parallel("num_workers", num_workers, minimum=0)
     ranks = check_positive_int(
         "LOCAL_WORLD_SIZE", int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     )
@@ -62,6 +62,8 @@ def loader_options(
         _log.info("pin_memory=True but CUDA is not available: batches are not pinned")
         pin_memory = False
     options: dict[str, Any] = {"num_workers": workers, "pin_memory": bool(pin_memory)}
+    if prefetch_factor is not None:
+        prefetch_factor = check_prefetch("prefetch_factor", prefetch_factor)
     if workers == 0:
         for name, value in (
             ("persistent_workers", persistent_workers),
@@ -72,7 +74,7 @@ def loader_options(
         return options
     options["persistent_workers"] = True if persistent_workers is None else persistent_workers
     if prefetch_factor is not None:
-        options["prefetch_factor"] = check_positive_int("prefetch_factor", prefetch_factor)
+        options["prefetch_factor"] = prefetch_factor
     return options
 
 

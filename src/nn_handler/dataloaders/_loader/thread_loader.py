@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
 
-from ..._validate import check_positive_int
+from ..._validate import check_parallel, check_prefetch
 
 __all__ = ["ThreadedDataLoader"]
 
@@ -55,8 +55,8 @@ class ThreadedDataLoader(DataLoader[Any]):
         pin_memory: bool = False,
     ) -> None:
         super().__init__(dataset, batch_size=None, sampler=batch_sampler, num_workers=0)
-        self.threads = check_positive_int("threads", threads)
-        self.prefetch = check_positive_int("prefetch_factor", prefetch_factor)
+        self.threads = check_parallel("threads", threads, minimum=1)
+        self.prefetch = check_prefetch("prefetch_factor", prefetch_factor)
         self.pin_batches = bool(pin_memory) and torch.cuda.is_available()
 
     @property

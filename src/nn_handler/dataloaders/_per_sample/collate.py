@@ -15,6 +15,8 @@ a name only some samples have becomes a list with ``None`` for the samples witho
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,8 +50,11 @@ def pad_collate(
         ``{"data", "lengths", "mask", "labels"}`` as described in the module docstring.
 
     Raises:
-        TypeError: the batch is empty, a sample has no tensor ``"data"``, or dtypes differ.
-        ValueError: samples differ in rank, or along an axis not in ``axes``.
+        TypeError: the batch is empty, a sample has no tensor ``"data"``, or dtypes differ;
+            ``padding_value`` is not a number (a bool only pads bool data), ``axes`` not an
+            int or a sequence of ints.
+        ValueError: samples differ in rank, or along an axis not in ``axes``;
+            ``padding_value`` does not fit the samples' integer dtype.
     """
     tensors = _data_tensors(batch)
     ndim = tensors[0].dim()
@@ -57,7 +62,8 @@ def pad_collate(
     shapes = [tuple(t.shape) for t in tensors]
     _check_fixed_axes(shapes, allowed)
     max_shape = tuple(max(s[d] for s in shapes) for d in range(ndim))
-    data = tensors[0].new_full((len(tensors), *max_shape), padding_value)
+    fill = _check_padding(padding_value, tensors[0].dtype)
+    data = tensors[0].new_full((len(tensors), *max_shape), fill)
     mask = torch.zeros((len(tensors), *max_shape), dtype=torch.bool)
     for b, t in enumerate(tensors):
         region: tuple[Any, ...] = (b, *(slice(0, n) for n in t.shape))
@@ -109,9 +115,14 @@ def _data_tensors(batch: Sequence[Mapping[str, Any]]) -> list[torch.Tensor]:
     return tensors
 
 
-def _normalize_axes(axes: int | Sequence[int] | None, ndim: int) -> set[int]:
+def _normalize_axes(axes: Any, ndim: int) -> set[int]:
     if axes is None:
         return set(range(ndim))
+    if isinstance(axes, str) or not isinstance(axes, int | Sequence):
+        raise TypeError(
+            f"pad_collate: axes must be None, an int or a sequence of ints, got "
+            f"{type(axes).__name__} {axes!r}"
+        )
     items = [axes] if isinstance(axes, int) else list(axes)
     result = set()
     for a in items:
@@ -121,6 +132,33 @@ def _normalize_axes(axes: int | Sequence[int] | None, ndim: int) -> set[int]:
             )
         result.add(a % ndim)
     return result
+
+
+def _check_padding(value: Any, dtype: torch.dtype) -> float | int | bool:
+    """``value`` as the fill of ``dtype`` data, or raise naming ``padding_value``."""
+    is_bool = isinstance(value, bool)
+    if (is_bool and dtype != torch.bool) or not isinstance(value, numbers.Real):
+        only = " (a bool pads bool data only)" if is_bool else ""
+        raise TypeError(
+            f"pad_collate: padding_value must be a real number{only}, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)  # NaN and inf pad floats well
+    info = torch.iinfo(dtype)
+    if isinstance(value, numbers.Integral):
+        whole, number = True, operator.index(value)
+    else:
+        whole = float(value).is_integer()
+        number = int(float(value)) if whole else 0
+    if not (whole and info.min <= number <= info.max):
+        raise ValueError(
+            f"pad_collate: padding_value={value!r} does not fit the samples' dtype {dtype} "
+            f"(integers in [{info.min:,}, {info.max:,}])"
+        )
+    return number
 
 
 def _check_fixed_axes(shapes: list[tuple[int, ...]], allowed: set[int]) -> None:

@@ -19,14 +19,17 @@ import numpy as np
 import torch
 
 from ..._validate import format_names
-from .._io.file.types import as_str_array
-from .._io.indices import normalize_index
+from .._io.file.strings import Where, decode_strings
+from .._io.indices import as_index_array, normalize_index
 from .._io.rows.fields import Reader
 from .._io.rows.kinds import SampleKind, sample_kind
 from .split import collect, split_batch
 from .tensors import to_tensor
 
-__all__ = ["Column", "label_map_from"]
+__all__ = ["ENCODING_ARG", "Column", "label_map_from"]
+
+#: The argument that chooses how string keys are decoded, as messages name it.
+ENCODING_ARG = "label_encoding"
 
 
 class Column:
@@ -40,6 +43,10 @@ class Column:
         cast: NumPy dtype numbers (and ragged rows) are cast to, or None.
         cast_arg: The argument that gave ``cast`` (``"x_dtype"``), for messages.
         label_map: ``{label: class index}`` for string rows, or None to return ``str``.
+        encoding: How string rows are decoded: a Python text codec, or ``"bytes"`` to return
+            the stored bytes (``label_encoding``).
+        origin: The file's path and the key's length, to name the row a string that does not
+            decode comes from.
 
     Raises:
         TypeError: the dtype cannot become sample values, or a cast / label map does not fit it.
@@ -54,6 +61,9 @@ class Column:
         cast: np.dtype[Any] | None,
         cast_arg: str,
         label_map: Mapping[str, int] | None = None,
+        *,
+        encoding: str = "utf-8",
+        origin: tuple[str, int] = ("", 0),
     ) -> None:
         self.kind: SampleKind = sample_kind(dtype)
         if self.kind.kind == "unsupported" and cast is not None and _castable(dtype):
@@ -61,6 +71,9 @@ class Column:
         self.cast = cast
         self.label_map = label_map
         self.row_shape = row_shape
+        self.encoding = encoding
+        self._field = f"{arg}={key!r}"
+        self._origin = origin
         _check(self.kind, arg, key, dtype, row_shape, cast, cast_arg, label_map)
 
     @property
@@ -74,28 +87,41 @@ class Column:
             return to_tensor(reader.read_row(index), self.cast)
         # object rows (blobs, vlen strings) go through the batch path: a single vlen row read
         # on its own would come back as an array of its elements, not one object
-        i = normalize_index(index, reader.length)
-        return self.samples(reader.read(np.array([i], dtype=np.int64)))[0]
+        at = np.array([normalize_index(index, reader.length)], dtype=np.int64)
+        return self.samples(reader.read(at), at)[0]
 
-    def samples(self, rows: np.ndarray[Any, Any]) -> list[Any]:
-        """Every row of a batch as its own sample value."""
+    def samples(self, rows: np.ndarray[Any, Any], indices: Any) -> list[Any]:
+        """Every row of a batch (read at ``indices``) as its own sample value."""
         kind = self.kind.kind
         if kind == "numeric":
             return split_batch(to_tensor(rows, self.cast))
         if kind == "ragged":
             return [to_tensor(np.asarray(r), self.cast) for r in rows.tolist()]
-        texts = as_str_array(rows)
+        texts = self.texts(rows, indices)
         if self.label_map is None:
             return texts.tolist()  # type: ignore[no-any-return]
         return split_batch(torch.from_numpy(self._indices(texts)))
 
-    def batch(self, rows: np.ndarray[Any, Any]) -> torch.Tensor | list[Any]:
-        """A whole batch: a stacked tensor where rows agree in shape, else a list."""
+    def batch(self, rows: np.ndarray[Any, Any], indices: Any) -> torch.Tensor | list[Any]:
+        """A whole batch read at ``indices``: stacked where rows agree in shape, else a list."""
         if self.kind.kind == "numeric":
             return to_tensor(rows, self.cast)
         if self.is_string and self.label_map is not None:
-            return torch.from_numpy(self._indices(as_str_array(rows)))
-        return collect(self.samples(rows))
+            return torch.from_numpy(self._indices(self.texts(rows, indices)))
+        return collect(self.samples(rows, indices))
+
+    def texts(self, rows: np.ndarray[Any, Any], indices: Any) -> np.ndarray[Any, Any]:
+        """String rows read at ``indices``, decoded (``S`` bytes for ``"bytes"``).
+
+        Raises:
+            DataFileError: a row is not valid in the encoding; names the file and the row.
+        """
+        path, length = self._origin
+
+        def locate(k: int) -> tuple[str, str]:  # only on an error: no index work per batch
+            return path, f"row {int(as_index_array(indices, length)[k])}"
+
+        return decode_strings(rows, self.encoding, Where(self._field, ENCODING_ARG, locate))
 
     def _indices(self, texts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         assert self.label_map is not None

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._io.file.source import FileOptions, H5Source
 from .._io.formats.sparse_csr import ensure_csr_sidecar
-from .._io.formats.sparse_labels import LabelColumn, read_label
+from .._io.formats.sparse_labels import LabelColumn, Strings, read_label
 from .._io.formats.sparse_layout import SparseLayout, detect_layout, names_key, read_names
 from .csc_direct import ColumnScanRows
 from .rows import CompressedRows
@@ -58,16 +58,20 @@ def open_sparse_file(
     sidecar_dir: str | None,
     var_key: str | None,
     label: str | None,
+    strings: Strings,
 ) -> SparseFile:
-    """Open ``path`` and read what the dataset keeps in RAM (see the module docstring)."""
+    """Open ``path`` and read what the dataset keeps in RAM (see the module docstring).
+
+    ``strings`` is ``(encoding, argument)``: how labels and column names are decoded.
+    """
     source = H5Source(path, options)
     try:
         f = source.file
         layout = detect_layout(f, group, source.path)
-        names = read_names(f, names_key(f, layout, var_key, source.path))
+        names = read_names(f, names_key(f, layout, var_key, source.path), source.path, strings)
         labels = None
         if label is not None:
-            labels = read_label(f, layout.obs_key, label, layout.n_rows, source.path)
+            labels = read_label(f, layout.obs_key, label, layout.n_rows, source.path, strings)
         rows, sources, origin = _row_source(source, layout, csc, sidecar_dir)
     finally:
         source.close()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from ...._validate import check_positive_int
+from ...._validate import check_parallel
 from ..process import PerProcess
 
 __all__ = [
@@ -70,10 +70,11 @@ def set_decode_threads(threads: int | None) -> None:
             CPUs this process may use (at most 8), divided among DataLoader workers.
 
     Raises:
-        TypeError / ValueError: ``threads`` is not a positive integer or None.
+        TypeError / ValueError: ``threads`` is not None or an integer from 1 to 8 per CPU
+            (at least 64; ``_validate.max_parallel``).
     """
     global _requested
-    value = None if threads is None else check_positive_int("threads", threads)
+    value = None if threads is None else check_parallel("threads", threads, minimum=1)
     with _lock.get():
         _requested = value
         _drop_pool()
@@ -86,10 +87,11 @@ def decode_threads() -> int:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         try:
-            return check_positive_int(ENV_VAR, int(env))
+            return check_parallel(ENV_VAR, int(env), minimum=1)
         except ValueError as exc:
             raise ValueError(
-                f"{ENV_VAR} must be a positive integer, got {env!r}; unset it for the default"
+                f"{ENV_VAR} must be a positive integer, got {env!r} ({exc}); unset it for the "
+                "default"
             ) from exc
     workers = _worker_count()
     return max(1, min(_MAX_AUTO_THREADS, _usable_cpus()) // max(1, workers))

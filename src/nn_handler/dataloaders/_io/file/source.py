@@ -23,9 +23,9 @@ import h5py
 
 from ...._validate import (
     check_choice,
+    check_count,
     check_int_at_most,
     check_non_negative_int,
-    check_positive_int,
     check_probability,
     format_names,
 )
@@ -129,7 +129,7 @@ class FileOptions:
                 )
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
         if self.cache_limit is not None:
-            check_positive_int("cache_limit", self.cache_limit)
+            check_count("cache_limit", self.cache_limit, minimum=1)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..process import PerProcess
 
-__all__ = ["TypeMemo", "as_str_array", "is_string_dtype"]
+__all__ = ["TypeMemo", "is_string_dtype"]
 
 T = TypeVar("T")
 _MAX_SLOTS = 256  # attribute names can be per-sample unique: stay small rather than grow
@@ -50,15 +50,3 @@ class TypeMemo(Generic[T]):
 def is_string_dtype(dtype: np.dtype[Any]) -> bool:
     """True for fixed- or variable-length strings (bytes or str), as h5py reports them."""
     return dtype.kind in "SU" or h5py.check_string_dtype(dtype) is not None
-
-
-def as_str_array(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Return string values (fixed or variable length, bytes or str) as a NumPy ``str`` array."""
-    if values.dtype.kind == "U":
-        return values
-    if values.dtype.kind == "S":
-        decoded: np.ndarray[Any, Any] = np.char.decode(values.astype(values.dtype.str), "utf-8")
-        return decoded
-    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()]
-    result: np.ndarray[Any, Any] = np.array(flat, dtype=str).reshape(values.shape)
-    return result

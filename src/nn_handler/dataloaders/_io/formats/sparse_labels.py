@@ -23,8 +23,12 @@ import h5py
 import numpy as np
 
 from ...._validate import format_names
+from ..file.strings import decode_strings, in_rows
 
-__all__ = ["LabelColumn", "merge_labels", "read_label"]
+__all__ = ["LabelColumn", "Strings", "merge_labels", "read_label"]
+
+#: ``(encoding, argument)``: how stored strings are decoded, and the argument that chose it.
+Strings = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,15 @@ class LabelColumn:
 
 
 def read_label(
-    f: h5py.File, obs_key: str | None, label: str, n_rows: int, path: str
+    f: h5py.File, obs_key: str | None, label: str, n_rows: int, path: str, strings: Strings
 ) -> LabelColumn:
     """Read label ``label`` (an ``obs`` column or a path) for the ``n_rows`` rows of a file.
 
+    ``strings`` is ``(encoding, argument)``: how stored strings are decoded (``"bytes"``:
+    categories are the stored bytes) and the argument a message names.
+
     Raises:
+        DataFileError: a stored string is not valid in the encoding.
         KeyError: no such column or dataset; the message lists the ``obs`` columns.
         ValueError: its length is not ``n_rows``, or it has masked numbers.
         TypeError: its encoding or dtype cannot be a label.
@@ -56,7 +64,7 @@ def read_label(
             f"label={label!r} is neither an obs column nor a dataset of {path!r}; "
             f"obs columns: {format_names(c for c in columns if c != '_index')}"
         )
-    column = _decode(obj, f"label={label!r} in {path!r}")
+    column = _decode(obj, f"label={label!r} in {path!r}", _Strings(*strings, path))
     if column.values.shape != (n_rows,):
         raise ValueError(
             f"label={label!r} in {path!r} has shape {column.values.shape}, but the matrix has "
@@ -65,21 +73,22 @@ def read_label(
     return column
 
 
-def _decode(obj: Any, what: str) -> LabelColumn:
+def _decode(obj: Any, what: str, strings: _Strings) -> LabelColumn:
     encoding = obj.attrs.get("encoding-type", "")
-    encoding = encoding.decode() if isinstance(encoding, bytes) else str(encoding)
+    # a format tag, compared with the names below: undecodable bytes simply match none
+    encoding = encoding.decode("utf-8", "replace") if isinstance(encoding, bytes) else str(encoding)
     if isinstance(obj, h5py.Group):
         if encoding == "categorical":
-            categories = _plain(obj["categories"][()], obj["categories"])
+            categories = strings.plain(obj["categories"])
             return LabelColumn(np.asarray(obj["codes"][()]), list(categories.tolist()))
         if encoding in ("nullable-integer", "nullable-boolean", "nullable-string-array"):
-            return _nullable(obj, encoding, what)
+            return _nullable(obj, encoding, what, strings)
         raise TypeError(f"{what} is a group with encoding-type {encoding!r}, not a label column")
-    return _from_values(_plain(obj[()], obj), what)
+    return _from_values(strings.plain(obj), what)
 
 
-def _nullable(obj: h5py.Group, encoding: str, what: str) -> LabelColumn:
-    values = _plain(obj["values"][()], obj["values"])
+def _nullable(obj: h5py.Group, encoding: str, what: str, strings: _Strings) -> LabelColumn:
+    values = strings.plain(obj["values"])
     mask = np.asarray(obj["mask"][()], dtype=bool)
     if encoding == "nullable-string-array":
         categories = np.unique(values[~mask])  # a masked entry's stored value is no category
@@ -95,7 +104,7 @@ def _nullable(obj: h5py.Group, encoding: str, what: str) -> LabelColumn:
 
 
 def _from_values(values: np.ndarray[Any, Any], what: str) -> LabelColumn:
-    if values.dtype.kind in "U":
+    if values.dtype.kind in "US":
         categories, codes = np.unique(values, return_inverse=True)
         return LabelColumn(_smallest(codes.astype(np.int64)), list(categories.tolist()))
     if values.dtype.kind in "biuf":
@@ -103,11 +112,19 @@ def _from_values(values: np.ndarray[Any, Any], what: str) -> LabelColumn:
     raise TypeError(f"{what} has dtype {values.dtype}, which is neither numbers nor strings")
 
 
-def _plain(values: Any, dset: h5py.Dataset) -> np.ndarray[Any, Any]:
-    """Strings as a str array (h5py returns bytes), numbers untouched."""
-    if dset.dtype.kind in "OS":
-        return np.asarray(dset.asstr()[()]).astype(str)
-    return np.asarray(values)
+@dataclass(frozen=True)
+class _Strings:
+    encoding: str
+    arg: str
+    path: str
+
+    def plain(self, dset: h5py.Dataset) -> np.ndarray[Any, Any]:
+        """Strings decoded (a str array; ``S`` bytes for ``"bytes"``), numbers untouched."""
+        values = np.asarray(dset[()])
+        if dset.dtype.kind not in "OS":
+            return values
+        where = in_rows(f"label {dset.name!r}", self.arg, self.path, np.arange(values.size))
+        return decode_strings(values, self.encoding, where)
 
 
 def merge_labels(columns: list[LabelColumn], label: str) -> LabelColumn:

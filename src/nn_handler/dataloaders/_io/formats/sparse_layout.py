@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from ...._validate import format_names
+from ..file.strings import BYTES, decode_strings, in_rows
 
 __all__ = [
     "ANNDATA_ENCODINGS",
@@ -301,13 +302,33 @@ def check_indptr(
     return indptr
 
 
-def read_names(f: h5py.File, key: str | None) -> np.ndarray[Any, Any] | None:
-    """Return the column names stored at ``key`` as an array of str (None when no key)."""
+def read_names(
+    f: h5py.File, key: str | None, path: str, strings: tuple[str, str]
+) -> np.ndarray[Any, Any] | None:
+    """Return the column names stored at ``key`` as an array of str (None when no key).
+
+    Stored strings are decoded with ``encoding`` (UTF-8 when it is ``"bytes"``: names are
+    matched against ``columns=`` and shown as ``str``).
+
+    Args:
+        f: The open file.
+        key: The names' dataset, or None.
+        path: The file's path, for messages.
+        strings: ``(encoding, argument)``: how stored strings are decoded, and the argument
+            that chose it.
+
+    Raises:
+        DataFileError: a name is not valid in the encoding.
+    """
     if key is None:
         return None
     dset = f[key]
-    values = dset.asstr()[()] if dset.dtype.kind in "OS" else dset[()]
-    return np.asarray(values).astype(str)
+    values = np.asarray(dset[()])
+    if dset.dtype.kind not in "OS":
+        return values.astype(str)
+    encoding, arg = strings
+    where = in_rows(f"column name {key!r}", arg, path, np.arange(values.size))
+    return decode_strings(values, "utf-8" if encoding == BYTES else encoding, where)
 
 
 def names_key(f: h5py.File, layout: SparseLayout, var_key: str | None, path: str) -> str | None:
