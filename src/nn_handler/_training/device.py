@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .._validate import check_device
+from .._devices import check_device
 
 _PRECISIONS: dict[Any, str | None] = {
     False: None,

@@ -22,7 +22,8 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader
 
-from .._validate import check_device, check_prefetch
+from .._devices import check_device
+from .._validate import check_prefetch
 from ._protocols import set_epoch_once
 
 __all__ = ["DevicePrefetcher"]

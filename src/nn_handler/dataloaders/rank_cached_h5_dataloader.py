@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from .._devices import check_device
 from .._validate import (
     check_callable,
     check_choice,
-    check_device,
     check_key,
     format_bytes,
     numpy_dtype,
