@@ -10,6 +10,7 @@ dimensions) are recognised and named, with the keys to pass.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,7 +71,11 @@ class FileReport:
 
 
 def inspect_file(
-    path: str | os.PathLike[str], *, max_attr_chars: int = 80, max_datasets: int = 200
+    path: str | os.PathLike[str],
+    *,
+    max_attr_chars: int = 80,
+    max_datasets: int = 200,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> FileReport:
     """Describe the groups and datasets in ``path`` and advise how to load them.
 
@@ -79,11 +84,12 @@ def inspect_file(
         max_attr_chars: String attribute values longer than this are cut (with "…").
         max_datasets: Datasets described in full; the rest are only counted (files with one
             dataset per sample can hold hundreds of thousands).
+        storage_options: For a URL: passed to the fsspec filesystem (credentials, endpoint).
 
     Raises:
         FileNotFoundError / OSError: the file is missing, not HDF5, or cannot be opened.
     """
-    source = H5Source(path, FileOptions(swmr=False))
+    source = H5Source(path, FileOptions(swmr=False, storage_options=storage_options))
     try:
         handle = source.file
         group_names, dataset_names, errors = _walk(handle)
