@@ -104,6 +104,8 @@ def _add_rewrite(sub: Any, common: argparse.ArgumentParser) -> None:
         "--keys", nargs="+", metavar="KEY", help="datasets or groups to write (default all)"
     )
     p.add_argument("--chunk-bytes", default="1MiB", help="decoded bytes per chunk (default 1MiB)")
+    p.add_argument("--sparse-chunk-bytes", default="16KiB",
+                   help="bytes per chunk of a sparse matrix's data (default 16KiB)")  # fmt: skip
     p.add_argument("--codec", choices=("zstd", "lz4", "gzip", "none"), default=None,
                    help="default: zstd (gzip without hdf5plugin), none for data that does not "
                    "compress")  # fmt: skip
@@ -156,6 +158,7 @@ def _run_rewrite(args: argparse.Namespace) -> int:
         args.output,
         keys=args.keys,
         chunk_bytes=args.chunk_bytes,
+        sparse_chunk_bytes=args.sparse_chunk_bytes,
         codec=args.codec,
         level=args.level,
         dtypes=_pairs(args.dtype, "--dtype", args.parser),

@@ -7,10 +7,11 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from rewrite_files import assert_rewritten, write_every_kind
 
 from nn_handler.cli import main
 from nn_handler.h5inspect import inspect_file
+
+from helpers.rewrite_files import assert_rewritten, write_every_kind
 
 
 def _run(*args, cwd):

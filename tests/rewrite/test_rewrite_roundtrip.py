@@ -6,9 +6,10 @@ import h5py
 import hdf5plugin  # noqa: F401  (reads the zstd / lz4 chunks)
 import numpy as np
 import pytest
-from rewrite_files import N, assert_rewritten, write_every_kind
 
 from nn_handler.rewrite import ROW_ORDER_KEY, rewrite_file
+
+from helpers.rewrite_files import N, assert_rewritten, write_every_kind
 
 ROWS = {"x", "y", "u8", "b", "s", "fs", "img", "tab", "t", "g/h/z"}
 

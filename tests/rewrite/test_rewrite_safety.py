@@ -5,10 +5,11 @@ import os
 import h5py
 import numpy as np
 import pytest
-from rewrite_files import write_every_kind
 
 from nn_handler.rewrite import VerifyError, rewrite_file
 from nn_handler.rewrite.codecs import Codec
+
+from helpers.rewrite_files import write_every_kind
 
 
 @pytest.fixture

@@ -3,16 +3,17 @@
 import h5py
 import numpy as np
 import pytest
-from rewrite_files import csr_dense, write_csr
 
 from nn_handler.rewrite import ANNDATA_ROW_ORDER_KEY, ROW_ORDER_KEY, rewrite_file
+
+from helpers.rewrite_files import csr_dense, write_csr
 
 
 @pytest.mark.parametrize("shuffle", [None, 3])
 def test_csr_round_trips_with_obs_aligned(tmp_path, shuffle):
     src, dst = write_csr(tmp_path / "in.h5ad"), tmp_path / "out.h5ad"
     # 64 entries per block of rows: many blocks, rows spanning the new chunks' edges
-    report = rewrite_file(src, dst, shuffle_rows=shuffle, chunk_bytes=256, memory="16MiB")
+    report = rewrite_file(src, dst, shuffle_rows=shuffle, sparse_chunk_bytes=256, memory="16MiB")
     (x,) = [d for d in report.plan.datasets if d.path == "X"]
     assert x.action == "csr" and x.chunks == (64,)
     want, got = csr_dense(src), csr_dense(dst)

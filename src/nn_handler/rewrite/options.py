@@ -53,6 +53,10 @@ class RewriteOptions:
     Attributes:
         keys: Datasets or groups to write (everything under a group); None: the whole file.
         chunk_bytes: Target bytes of one decoded chunk.
+        sparse_chunk_bytes: Target bytes of one chunk of a sparse matrix's ``data`` (and as
+            many entries of ``indices``): small, because ``H5SparseDataset`` gathers each
+            row's run from the chunks around it (16 KiB measured fastest, see
+            docs/performance.md).
         codec: ``"zstd"``, ``"lz4"``, ``"gzip"`` or ``"none"``; None (auto): zstd when
             hdf5plugin is installed (so plain h5py reads the result), else gzip, and no
             compression for a dataset whose sample chunk does not compress.
@@ -67,6 +71,7 @@ class RewriteOptions:
 
     keys: tuple[str, ...] | None = None
     chunk_bytes: int = 1 << 20
+    sparse_chunk_bytes: int = 16 << 10
     codec: str | None = None
     level: int | None = None
     dtypes: Mapping[str, np.dtype[Any]] = field(default_factory=dict)
@@ -81,6 +86,8 @@ class RewriteOptions:
         set_(self, "keys", _keys(self.keys))
         set_(self, "chunk_bytes", parse_size("chunk_bytes", self.chunk_bytes))
         check_positive_int("chunk_bytes", self.chunk_bytes)
+        set_(self, "sparse_chunk_bytes", parse_size("sparse_chunk_bytes", self.sparse_chunk_bytes))
+        check_positive_int("sparse_chunk_bytes", self.sparse_chunk_bytes)
         if self.codec is not None and self.codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {self.codec!r}")
         if self.codec in ("zstd", "lz4") and not plugin_available():

@@ -326,7 +326,7 @@ def _sparse_plan(
         note = "a pairwise matrix: its columns are rows too"
         return DatasetPlan(lay.group, "copy", shape, str(data.dtype), None, "as stored",
                            permuted, stored, stored, None, note)  # fmt: skip
-    entries = chunk_rows(int(data.shape[0]), data.dtype.itemsize, options.chunk_bytes)
+    entries = chunk_rows(int(data.shape[0]), data.dtype.itemsize, options.sparse_chunk_bytes)
     sample = np.ascontiguousarray(data[:entries])
     codec, ratio, speed = _measure(sample, options, data.dtype)
     entry = data.dtype.itemsize + source.dataset(lay.indices_key).dtype.itemsize

@@ -46,6 +46,7 @@ def rewrite_file(
     *,
     keys: Sequence[str] | None = None,
     chunk_bytes: int | str = 1 << 20,
+    sparse_chunk_bytes: int | str = 16 << 10,
     codec: str | None = None,
     level: int | None = None,
     dtypes: Mapping[str, Any] | None = None,
@@ -73,6 +74,8 @@ def rewrite_file(
             when complete and verified; never the input.
         keys: Datasets or groups to write (a group with everything under it); None: all.
         chunk_bytes: Target decoded bytes per chunk (an int, or ``"1MiB"``).
+        sparse_chunk_bytes: The same for a sparse matrix's ``data`` (default 16 KiB: the sparse
+            reader gathers each row from the chunks around it, so small chunks read fastest).
         codec: ``"zstd"``, ``"lz4"`` (both need hdf5plugin to be read), ``"gzip"`` or
             ``"none"``; None: zstd (gzip without hdf5plugin), and none for data that a sample
             chunk shows does not compress.
@@ -103,6 +106,7 @@ def rewrite_file(
     """
     options = RewriteOptions(
         keys=cast(Any, keys), chunk_bytes=parse_size("chunk_bytes", chunk_bytes),
+        sparse_chunk_bytes=parse_size("sparse_chunk_bytes", sparse_chunk_bytes),
         codec=codec, level=level, dtypes=dtypes or {}, shuffle_rows=shuffle_rows,
         memory=parse_size("memory", memory),
         verify=verify, verify_rows=verify_rows, workers=workers or 0,
