@@ -1,6 +1,7 @@
 """Write one dense dataset: read slabs of rows from the input, append them to a row sink.
 
-Slabs are whole output chunks and at most a quarter of ``memory``. Without a shuffle they are
+Slabs are whole output chunks, at most a quarter of ``memory`` (16 MiB when read in order, so
+reading and compressing overlap). Without a shuffle they are
 read in order (``RowReader.read_range``: the input's chunks decoded in parallel, each once; or
 h5py for tiny compressed chunks, whose per-chunk cost HDF5's loop keeps lower);
 with one, output slab ``[a, b)`` is input rows ``order[a:b]``, read in one batch
@@ -28,6 +29,7 @@ from .stream import ChunkStream, H5pyRows, RowSink, create_dataset
 __all__ = ["slab_rows", "write_dense"]
 
 _TINY_CHUNK_BYTES = 16 * 1024
+_SEQUENTIAL_SLAB_BYTES = 16 * 1024**2
 
 Order = np.ndarray[Any, np.dtype[np.int64]]
 
@@ -65,7 +67,10 @@ def write_dense(
         sink = ChunkStream(dset, plan.pipeline, pool, budget)
     else:
         sink = H5pyRows(dset)
-    step = slab_rows(plan.chunks[0], plan.row_bytes, budget, plan.shape[0])
+    # in order, small slabs let the pool compress one while the next is read; shuffled, big
+    # slabs mean fewer passes over the input
+    slab = budget if order is not None else min(budget, _SEQUENTIAL_SLAB_BYTES)
+    step = slab_rows(plan.chunks[0], plan.row_bytes, slab, plan.shape[0])
     reader = None if order is None and _tiny_chunks(src) else RowReader(source, plan.path)
     try:
         for start in range(0, plan.shape[0], step):
