@@ -108,3 +108,32 @@ def test_missing_input_and_output_folder(src, tmp_path):
         rewrite_file(tmp_path / "nope.h5", tmp_path / "out.h5")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         rewrite_file(src, tmp_path / "no" / "out.h5")
+
+
+def _peak_rss_growth(src: str, dst: str, memory: str) -> int:
+    """Run in a fresh process: the peak RSS the rewrite adds over the imports (bytes)."""
+    import resource
+
+    import nn_handler.rewrite
+
+    h5py.File(src).close()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    nn_handler.rewrite.rewrite_file(src, dst, memory=memory, chunk_bytes="256KiB")
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+
+
+@pytest.mark.slow
+def test_memory_bounds_what_the_rewrite_holds(tmp_path):
+    import multiprocessing as mp
+
+    src = tmp_path / "big.h5"
+    rng = np.random.default_rng(0)
+    with h5py.File(src, "w") as f:  # 128 MiB decoded, in 4 MiB gzip chunks
+        x = f.create_dataset("x", (32768, 1024), "f4", chunks=(1024, 1024), compression="gzip",
+                             compression_opts=1)  # fmt: skip
+        for a in range(0, 32768, 4096):
+            x[a : a + 4096] = rng.integers(0, 100, (4096, 1024))
+    with mp.get_context("spawn").Pool(1) as pool:
+        result = pool.apply_async(_peak_rss_growth, (str(src), str(tmp_path / "out.h5"), "32MiB"))
+        growth = result.get(timeout=240)
+    assert growth < 96 * 2**20  # memory=32 MiB (+ HDF5 and the pool's slack), never 128 MiB

@@ -16,8 +16,8 @@ from .verify import VerifyError, VerifyResult
 
 __all__ = [
     "ANNDATA_ROW_ORDER_KEY",
-    "ROW_ORDER_KEY",
     "DatasetPlan",
+    "ROW_ORDER_KEY",
     "RewriteOptions",
     "RewritePlan",
     "RewriteReport",

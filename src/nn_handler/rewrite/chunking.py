@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_CHUNK_BYTES", "chunk_count", "chunk_rows", "chunk_shape"]
+__all__ = ["MAX_CHUNK_BYTES", "chunk_rows", "chunk_shape"]
 
 #: HDF5's limit on the size of one chunk (a 32-bit length).
 MAX_CHUNK_BYTES = 2**32 - 1
@@ -35,8 +35,3 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int, chunk_bytes: int) -> tupl
     """The chunk shape of a dataset of ``shape``: ``(chunk_rows, *shape[1:])``."""
     row_bytes = itemsize * math.prod(shape[1:])
     return (chunk_rows(shape[0], row_bytes, chunk_bytes), *shape[1:])
-
-
-def chunk_count(n_rows: int, rows_per_chunk: int) -> int:
-    """Chunks along axis 0 (the last one may be partial: an edge chunk)."""
-    return -(-n_rows // rows_per_chunk)

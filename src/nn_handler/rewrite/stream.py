@@ -9,7 +9,6 @@ pipeline itself on one core: for variable-length data, whose chunks hold heap re
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol
@@ -143,8 +142,3 @@ class H5pyRows:
 
     def close(self) -> None:
         """Nothing is buffered."""
-
-
-def row_nbytes(dset: h5py.Dataset) -> int:
-    """Bytes of one row of ``dset`` as stored in memory (heap references for vlen types)."""
-    return int(dset.dtype.itemsize * math.prod(dset.shape[1:]))
