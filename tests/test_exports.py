@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-PACKAGES = ["nn_handler", "nn_handler.dataloaders"]
+PACKAGES = ["nn_handler", "nn_handler.dataloaders", "nn_handler.rewrite"]
 MODULES = [
     "nn_handler.dataloaders.chunk_sampler",
     "nn_handler.dataloaders.combined_h5_dataset",

@@ -30,6 +30,7 @@ TOOLS = (
     "nn_handler.demo",
     "nn_handler.cli",
     "nn_handler.bench",
+    "nn_handler.rewrite",
 )
 SAMPLERS = (
     "nn_handler.dataloaders.samplers",

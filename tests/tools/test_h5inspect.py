@@ -91,6 +91,7 @@ def test_cache_advice_for_big_chunks(make_h5):
     assert "larger than h5py's default 1 MiB chunk cache" in text
     assert "pass rdcc_nbytes=1073741824" in text  # 64 chunks x 16 MiB
     assert "rechunk with 1 rows per chunk" in text
+    assert f"with nn-handler rewrite {p} {p.with_name(p.stem + '.fast.h5')}" in text
 
 
 def test_few_chunks_get_no_sampler_advice_but_cache_advice(make_h5):

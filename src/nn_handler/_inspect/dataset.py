@@ -8,6 +8,8 @@ the report or a line of advice, never an exception: ``inspect`` describes every 
 from __future__ import annotations
 
 import math
+import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,13 @@ from .._validate import format_bytes
 from .structures import is_dimension_scale
 from .values import read_attrs
 
-__all__ = ["DatasetReport", "FieldReport", "dataset_report", "unreadable_report"]
+__all__ = [
+    "DatasetReport",
+    "FieldReport",
+    "dataset_report",
+    "rewrite_command",
+    "unreadable_report",
+]
 
 _LAYOUT_NAMES = {
     h5py.h5d.COMPACT: "compact",
@@ -35,6 +43,7 @@ _H5PY_DEFAULT_CACHE = 1024**2
 _OUR_DEFAULT_CACHE = 256 * 1024**2
 _DEFAULT_WINDOW_CHUNKS = 64
 _RANDOM_ACCESS_CHUNK_BYTES = 64 * 1024  # small enough that a random row decodes little extra
+_SMALL_CHUNK_BYTES = 16 * 1024  # below this, per-chunk costs dominate reads
 _FEW_CHUNKS = 1  # a dataset of at most this many chunks is read whole: no sampler advice
 
 
@@ -129,7 +138,7 @@ def dataset_report(
         fields=_fields(name, dset) if kind == "compound" else [],
         role=role,
     )
-    report.advice.extend(_advice(report, dset, filters, reason))
+    report.advice.extend(_advice(report, dset, filters, reason, source.path))
     return report
 
 
@@ -196,7 +205,7 @@ def _strategy(source: H5Source, name: str) -> str | None:
 
 
 def _advice(
-    r: DatasetReport, dset: h5py.Dataset, filters: list[FilterInfo], reason: str
+    r: DatasetReport, dset: h5py.Dataset, filters: list[FilterInfo], reason: str, path: str
 ) -> list[str]:
     missing = [f for f in filters if not f.available]
     if r.role == "pandas-pickled":
@@ -213,7 +222,15 @@ def _advice(
         ]
     if r.storage_bytes == 0:
         return [*kind_line, "never written (0 bytes stored): every read returns the fill value"]
-    return kind_line + _layout_advice(r, dset)
+    return kind_line + _layout_advice(r, dset, path)
+
+
+def rewrite_command(path: str, *options: str) -> str:
+    """The ``nn-handler rewrite`` command that writes ``path`` again as ``<name>.fast<ext>``."""
+    base = path.rstrip("/").rsplit("/", 1)[-1] if "://" in path else path
+    root, ext = os.path.splitext(base)
+    words = ["nn-handler", "rewrite", path, f"{root}.fast{ext or '.h5'}", *options]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _kind_advice(r: DatasetReport, dset: h5py.Dataset, reason: str) -> list[str]:
@@ -248,7 +265,7 @@ def _kind_advice(r: DatasetReport, dset: h5py.Dataset, reason: str) -> list[str]
     return []
 
 
-def _layout_advice(r: DatasetReport, dset: h5py.Dataset) -> list[str]:
+def _layout_advice(r: DatasetReport, dset: h5py.Dataset, path: str) -> list[str]:
     if dset.dtype.hasobject:
         return [] if r.kind in ("string", "encoded", "ragged") else [
             "variable-length data: read through h5py row runs; fine for metadata columns, "
@@ -264,10 +281,10 @@ def _layout_advice(r: DatasetReport, dset: h5py.Dataset) -> list[str]:
             "contiguous and uncompressed: batched reads (H5LazyDataset with batched_loader) "
             "run at memory speed (memory-mapped gather)"
         ]
-    return _chunked_advice(r)
+    return _chunked_advice(r, path)
 
 
-def _chunked_advice(r: DatasetReport) -> list[str]:
+def _chunked_advice(r: DatasetReport, path: str) -> list[str]:
     assert r.chunks is not None
     assert r.shape is not None
     assert r.chunk_bytes is not None
@@ -279,7 +296,7 @@ def _chunked_advice(r: DatasetReport) -> list[str]:
         advice.append(
             f"a sample spans {spans} chunks ({r.chunks}): chunk along axis 0 only, e.g. "
             f"chunks=({rows}, {', '.join(str(s) for s in r.shape[1:])}), so each row is one "
-            "contiguous piece"
+            f"contiguous piece: {rewrite_command(path)}"
         )
     n_chunks = -(-r.shape[0] // max(int(r.chunks[0]), 1))
     if r.filters and n_chunks <= _FEW_CHUNKS:
@@ -287,12 +304,18 @@ def _chunked_advice(r: DatasetReport) -> list[str]:
             f"{r.shape[0]} rows in one chunk: read whole once (RankMemCachedH5Dataset); "
             "no chunk-aware sampling needed"
         )
-        advice.extend(_cache_advice(r.chunk_bytes, n_chunks))
+        advice.extend(_cache_advice(r.chunk_bytes, n_chunks, path))
     elif r.filters and rows == 1:
         advice.append("one row per chunk: random access decodes only the rows it needs")
+        if r.chunk_bytes < _SMALL_CHUNK_BYTES and r.shape[0] > 1:
+            advice.append(
+                f"chunks of {format_bytes(r.chunk_bytes)} are small: the cost of each chunk "
+                "(lookup, read, decoder call) dominates every read; write ~1 MiB chunks of "
+                f"whole rows with {rewrite_command(path)}"
+            )
     elif r.filters:
-        advice.append(_random_access_advice(r, rows, per_row))
-        advice.extend(_cache_advice(r.chunk_bytes, n_chunks))
+        advice.append(_random_access_advice(r, rows, per_row, path))
+        advice.extend(_cache_advice(r.chunk_bytes, n_chunks, path))
     elif not advice:
         advice.append(
             f"chunked ({rows} rows per chunk), uncompressed: batched reads are memory-mapped "
@@ -301,7 +324,7 @@ def _chunked_advice(r: DatasetReport) -> list[str]:
     return advice
 
 
-def _random_access_advice(r: DatasetReport, rows: int, per_row: int) -> str:
+def _random_access_advice(r: DatasetReport, rows: int, per_row: int, path: str) -> str:
     text = (
         f"random access decodes {rows} rows per sample here ({'+'.join(r.filters)}, "
         f"{rows}-row chunks): use ChunkShuffleSampler (block shuffle: each chunk decoded once "
@@ -309,17 +332,22 @@ def _random_access_advice(r: DatasetReport, rows: int, per_row: int) -> str:
     )
     small = max(1, _RANDOM_ACCESS_CHUNK_BYTES // per_row)
     if small < rows:
-        text += f", or rechunk with {small} rows per chunk (~{format_bytes(small * per_row)})"
+        size = small * per_row
+        text += (
+            f", or rechunk with {small} rows per chunk (~{format_bytes(size)}): "
+            f"{rewrite_command(path, '--chunk-bytes', str(size))}"
+        )
     return text
 
 
-def _cache_advice(chunk_bytes: int, n_chunks: int) -> list[str]:
+def _cache_advice(chunk_bytes: int, n_chunks: int, path: str) -> list[str]:
     out = []
     if chunk_bytes > _H5PY_DEFAULT_CACHE:
         out.append(
             f"each chunk is {format_bytes(chunk_bytes)}, larger than h5py's default 1 MiB chunk "
             "cache: plain h5py decodes it again for every row; nn_handler datasets default to "
-            f"rdcc_nbytes=256 MiB ({_OUR_DEFAULT_CACHE // chunk_bytes} chunks)"
+            f"rdcc_nbytes=256 MiB ({_OUR_DEFAULT_CACHE // chunk_bytes} chunks); or write 1 MiB "
+            f"chunks with {rewrite_command(path)}"
         )
     window_chunks = min(_DEFAULT_WINDOW_CHUNKS, n_chunks)  # a window never exceeds the data
     window = chunk_bytes * window_chunks
