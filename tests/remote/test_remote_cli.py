@@ -17,6 +17,7 @@ import pytest
 from nn_handler import cli
 from nn_handler.bench import file_bench as fb
 from nn_handler.bench import remote_file as rf
+from nn_handler.cli import _options
 from nn_handler.dataloaders._io.remote import object_file
 from nn_handler.dataloaders._io.remote.failures import RetryPolicy
 
@@ -56,17 +57,17 @@ def _s3_args(options: dict) -> list[str]:
 
 
 def test_storage_option_values_are_json_when_they_parse():
-    assert cli._storage_option("anon=true") == ("anon", True)
-    assert cli._storage_option("retries=3") == ("retries", 3)
-    assert cli._storage_option(f"client_kwargs={MOTO_REGION}") == (
+    assert _options._storage_option("anon=true") == ("anon", True)
+    assert _options._storage_option("retries=3") == ("retries", 3)
+    assert _options._storage_option(f"client_kwargs={MOTO_REGION}") == (
         "client_kwargs",
         {"region_name": "us-east-1"},
     )
-    assert cli._storage_option("endpoint_url=http://h:9000/a=b") == (
+    assert _options._storage_option("endpoint_url=http://h:9000/a=b") == (
         "endpoint_url",
         "http://h:9000/a=b",
     )
-    assert cli._storage_option("profile=") == ("profile", "")
+    assert _options._storage_option("profile=") == ("profile", "")
 
 
 @pytest.mark.slow  # subprocesses
