@@ -12,9 +12,10 @@ This is a guess, never a source of data: a wrong guess only fetches bytes nobody
 The node's layout (HDF5 file format, "Version 1 B-trees"): signature, type, level, entries
 used (little-endian), left and right sibling addresses, then ``key 0, child 0, ..., key N``.
 A raw-data key is the chunk's size (4 bytes), filter mask (4 bytes) and one 8-byte offset
-per dimension plus one (0, the element dimension, in every key but the very last). The dimensions are not in the node:
-every count that makes the read's length a whole node is tried, and the guess is used only
-when exactly one count gives keys of that form and children inside the file.
+per dimension plus one (0, the element dimension, in every key but the very last). The
+dimensions are not in the node: every count that makes the read's length a whole node is
+tried, and the guess is used only when exactly one count gives keys of that form and children
+inside the file.
 """
 
 from __future__ import annotations
