@@ -6,6 +6,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from nn_handler.dataloaders import (
@@ -14,6 +16,7 @@ from nn_handler.dataloaders import (
     batched_loader,
     fit_chunk_cache,
 )
+from nn_handler.dataloaders._io.chunks.engine import whole_runs
 from nn_handler.dataloaders._io.chunks.sources import TableChunks
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
@@ -168,3 +171,12 @@ def test_a_chunk_that_fails_to_decode_raises_naming_it(make_h5, monkeypatch):
     monkeypatch.setattr(ChunkPipeline, "decode_into", short)
     with pytest.raises(CorruptFileError, match=r"the chunk at \(16, 0, 0\) is corrupt .*12 bytes"):
         r.read([17])
+
+
+@given(st.lists(st.integers(0, 199), max_size=30), st.integers(1, 9), st.integers(1, 200))
+def test_whole_runs_are_the_aligned_runs_the_blocks_touch(ids, run, count):
+    ids = np.unique(np.array([i for i in ids if i < count], dtype=np.int64))
+    got = whole_runs(ids, run, count)
+    starts = {i // run * run for i in ids.tolist()}
+    expected = sorted(b for s in starts for b in range(s, s + run) if b < count)
+    assert got.tolist() == expected

@@ -234,3 +234,23 @@ def test_any_fsspec_url_reads_through_the_generic_fetcher(tmp_path):
     rows = [0, 2999, 640, 7]
     assert all(torch.equal(a, b) for a, b in zip(remote[rows], mine[rows], strict=True))
     fsspec.filesystem("memory").rm("/bucket/f.h5")
+
+
+def test_a_url_reads_runs_of_adjacent_chunks_with_fewer_requests(http):
+    local = _write(http.root / "f.h5", n=100_000)
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")
+    assert ds.adjacent_chunks == 8  # 4 KB chunks: capped at 8
+    sampler = ChunkShuffleSampler(ds, seed=2, rank=0, world_size=1)
+    assert sampler.block_size == 8 * 64
+    requests = http.requests
+    xs, ys = zip(*batched_loader(ds, 100, sampler=sampler), strict=True)
+    runs = http.requests - requests
+    order = np.fromiter(ChunkShuffleSampler(ds, seed=2, rank=0, world_size=1), np.int64)
+    with h5py.File(local) as f:
+        assert np.array_equal(np.concatenate(xs), f["x"][:][order])
+        assert np.array_equal(np.concatenate(ys), f["y"][:][order])
+    single = ChunkShuffleSampler(ds, seed=2, rank=0, world_size=1, block_size=64)
+    requests = http.requests
+    for _ in batched_loader(ds, 100, sampler=single):
+        pass
+    assert runs * 3 < http.requests - requests  # a request per run instead of per chunk

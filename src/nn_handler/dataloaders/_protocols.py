@@ -23,6 +23,7 @@ __all__ = [
     "STATE_EPOCH",
     "STATE_PHASES",
     "STATE_SEED",
+    "AdjacentChunks",
     "BatchIndexable",
     "ChunkAware",
     "ChunkWindowed",
@@ -90,6 +91,18 @@ class ChunkAware(Protocol):
     def set_chunk_cache(
         self, nbytes: int, nslots: int | None = None, w0: float | None = None
     ) -> None: ...
+
+
+@runtime_checkable
+class AdjacentChunks(Protocol):
+    """A dataset that says how many adjacent chunks a chunk sampler's default block holds.
+
+    More than 1 where every request costs a round trip (a URL): the reader then fetches a run
+    of neighbouring chunks with one request. It applies when the user gives no ``block_size``
+    / ``block_starts``; 1 for a local file (every chunk is its own block).
+    """
+
+    adjacent_chunks: int
 
 
 @runtime_checkable

@@ -24,6 +24,11 @@ world left, in block order (see ``_samplers/elastic.py``). Under accelerate's
 ``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
 for one process and accelerate deals its batches out (see ``samplers``).
 
+Files at a URL: every request costs a round trip, so by default a block there is a run of
+adjacent chunks (the dataset's ``adjacent_chunks``: up to 8, about 1 MB decoded), fetched by
+one request; a local file keeps one chunk per block. An explicit ``block_size`` /
+``block_starts`` always wins.
+
 Blocks of different lengths: a dataset whose chunks do not map to a fixed number of rows (sparse
 rows: a chunk of the 1-d ``data`` array holds a varying number of rows) passes ``block_starts``,
 the first row of every block. The sampler then shuffles those blocks and cuts windows of
@@ -41,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._validate import check_count, check_parallel
-from ._protocols import ChunkAware, VariableBlocks
+from ._protocols import AdjacentChunks, ChunkAware, VariableBlocks
 from ._samplers.elastic import per_rank, wrap
 from .samplers import DistributedEpochSampler, EvenMode
 
@@ -61,8 +66,10 @@ class ChunkShuffleSampler(DistributedEpochSampler):
         window_chunks: Blocks per shuffle window. Larger mixes better and needs a larger chunk
             cache. Default: half of what the dataset's chunk cache holds (so the next window
             can be decoded ahead while this one is served), between 8 and 64.
-        block_size: Rows per block (default: the dataset's ``chunk_rows``; 1 when the data is
-            not chunked, which makes this a plain full shuffle).
+        block_size: Rows per block (default: the dataset's ``chunk_rows``, times its
+            ``adjacent_chunks`` for a URL (a run of up to 8 neighbouring chunks, fetched by one
+            request; see ``docs/remote.md``); 1 when the data is not chunked, which makes this
+            a plain full shuffle). ``block_size=ds.chunk_rows`` turns the runs off.
         block_starts: Blocks of varying length instead: the first row of every block, strictly
             increasing from 0 (a 1-d integer array). Default: the dataset's ``block_starts``
             attribute when it has one that is not None. Exclusive with ``block_size``.
@@ -335,7 +342,12 @@ def _block_size(dataset: Any, block_size: int | None) -> int:
             f"{type(dataset).__name__} has no chunk_rows: pass block_size=<rows per chunk>"
         )
     rows = dataset.chunk_rows
-    return 1 if rows is None else check_count("chunk_rows", rows, minimum=1)
+    if rows is None:
+        return 1
+    rows = check_count("chunk_rows", rows, minimum=1)
+    if isinstance(dataset, AdjacentChunks):  # a URL: runs of neighbours, one request each
+        return rows * check_count("adjacent_chunks", dataset.adjacent_chunks, minimum=1)
+    return rows
 
 
 def _block_starts(

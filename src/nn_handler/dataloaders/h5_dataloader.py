@@ -21,6 +21,7 @@ from .._validate import check_callable, check_key, numpy_dtype
 from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
 from ._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
 from ._io.indices import is_scalar_index
+from ._io.remote.ranges import adjacent_chunks
 from ._io.rows.fields import Reader, open_reader, row_reader
 from ._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
 from ._io.rows.reader import RowReader
@@ -239,6 +240,17 @@ class H5LazyDataset(Dataset[Sample]):
     def chunk_rows(self) -> int | None:
         """Rows per HDF5 chunk of the inputs along axis 0 (None when not chunked)."""
         return self._x.chunk_rows
+
+    @property
+    def adjacent_chunks(self) -> int:
+        """Adjacent chunks per block of ``ChunkShuffleSampler``'s default (1 for a local file).
+
+        For a URL, runs of neighbouring chunks (up to about 1 MB decoded, at most 8 chunks) are
+        shuffled as one block, so one request fetches them (see ``docs/remote.md``).
+        """
+        if not self._source.is_remote:
+            return 1
+        return adjacent_chunks(self.window_cache_nbytes(None, 1))
 
     @property
     def is_open(self) -> bool:

@@ -37,7 +37,7 @@ from .pool import decode_threads, run_parallel, submit
 from .sources import BlockSource, Geometry, TableChunks, block_source
 from .window import Claim, Window
 
-__all__ = ["ChunkEngine", "chunk_engine"]
+__all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
 
 _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
 
@@ -57,6 +57,8 @@ class ChunkEngine:
         self.source = source
         self.geometry: Geometry = source.geometry
         self.window_blocks: int | None = None
+        #: adjacent blocks a sampler shuffles together (its block in chunks): fetched as one run
+        self.run_blocks = 1
         self._window: PerProcess[Window] = PerProcess(functools.partial(Window, self.geometry))
 
     @property
@@ -78,9 +80,14 @@ class ChunkEngine:
         """This process's window of decoded blocks."""
         return self._window.get()
 
-    def plan_window(self, blocks: int) -> None:
-        """Hold about two windows of ``blocks`` blocks (a sampler's shuffle window), not more."""
+    def plan_window(self, blocks: int, run: int = 1) -> None:
+        """Hold about two windows of ``blocks`` blocks (a sampler's shuffle window), not more.
+
+        ``run``: the sampler keeps runs of this many adjacent blocks together; an object
+        store's readahead then fetches every run it touches whole (one request per run).
+        """
         self.window_blocks = max(1, int(blocks))
+        self.run_blocks = max(1, int(run))
         self.cache.clear()
 
     @property
@@ -105,10 +112,14 @@ class ChunkEngine:
             return
         if idx.size == 0 or decode_threads() < 2:
             return
-        claim = self.cache.claim_ahead(np.unique(idx // self.geometry.block_rows), capacity)
+        ids = np.unique(idx // self.geometry.block_rows)
+        remote = isinstance(self.source, TableChunks) and self.source.batches_reads
+        if remote and self.run_blocks > 1:  # the rest of each run comes with it: no more trips
+            ids = whole_runs(ids, self.run_blocks, self.geometry.count)
+        claim = self.cache.claim_ahead(ids, capacity)
         if claim is None:
             return  # the window is busy
-        if isinstance(self.source, TableChunks) and self.source.batches_reads:
+        if remote:
             # an object store: one task asks for every chunk at once (concurrent requests)
             many = (dset, claim, list(claim.fresh))
             if submit(self._fill_ahead_many, many) is None:
@@ -310,6 +321,13 @@ class ChunkEngine:
         if self.window_blocks is not None:
             budget = min(budget, 2 * self.window_blocks + 2)
         return int(min(budget, self.geometry.count))
+
+
+def whole_runs(ids: np.ndarray[Any, Any], run: int, count: int) -> np.ndarray[Any, Any]:
+    """Every block of the runs of ``run`` blocks (aligned at multiples of it) that ``ids`` touch."""
+    starts = np.unique(ids // run) * run
+    every = (starts[:, None] + np.arange(run)).ravel()
+    return every[every < count]
 
 
 def chunk_engine(

@@ -3,14 +3,16 @@
 HDF5 keeps the index (a B-tree, extensible array, …) in the file's metadata; h5py walks it with
 ``chunk_iter`` (``get_chunk_info`` on older HDF5). The layout check (``layout.py``) walks it once
 per dataset, checks every entry against the file and hands the ``ChunkIndex`` on: the memory map
-and the raw-chunk table (``chunks/table.py``) are built from it, not from another walk.
+and the raw-chunk table (``chunks/table.py``) are built from it, not from another walk. A URL
+with a node-local cache keeps the walked index in its cache entry (``ChunkIndexStore``), so the
+next process on the node loads it instead of walking again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import h5py
 import numpy as np
@@ -20,6 +22,7 @@ from ..errors import CorruptFileError
 
 __all__ = [
     "ChunkIndex",
+    "ChunkIndexStore",
     "RowBlocks",
     "chunk_address_base",
     "chunk_info_at",
@@ -63,6 +66,23 @@ class ChunkIndex:
         if np.any(offsets < 0):
             return None
         return RowBlocks(rows, offsets, sizes, masks)
+
+
+@runtime_checkable
+class ChunkIndexStore(Protocol):
+    """Bytes that keep the chunk indexes walked from them (a URL with a node-local cache).
+
+    ``load_index`` returns a saved index only after checking it (None: walk it again);
+    ``save_index`` keeps a walked one for the next process.
+    """
+
+    def load_index(
+        self, key: str, shape: tuple[int, ...], chunks: tuple[int, ...]
+    ) -> ChunkIndex | None: ...
+
+    def save_index(
+        self, key: str, shape: tuple[int, ...], chunks: tuple[int, ...], index: ChunkIndex
+    ) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ checked contiguous offset or chunk index (walked once, here: ``chunk_index.py``)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptFileError, DataFileError, ExternalDataError
-from .chunk_index import ChunkIndex, read_chunk_index
+from .chunk_index import ChunkIndex, ChunkIndexStore, read_chunk_index
 from .filters import check_filters
 from .source import H5Source
 
@@ -88,7 +89,8 @@ def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
     if layout == h5py.h5d.CONTIGUOUS:
         return Layout(in_file, raw, _contiguous_offset(dset, size, where), None)
     if layout == h5py.h5d.CHUNKED:
-        return Layout(in_file, raw, None, _chunk_table(dset, plist, size, where))
+        index = _chunk_table(dset, plist, size, where, _index_store(source))
+        return Layout(in_file, raw, None, index)
     return Layout(in_file, raw, None, None)  # compact: the data is inside the object header
 
 
@@ -156,10 +158,27 @@ def _contiguous_offset(dset: h5py.Dataset, size: int | None, where: str) -> int 
     return int(offset)
 
 
-def _chunk_table(dset: h5py.Dataset, plist: Any, size: int | None, where: str) -> ChunkIndex:
+def _chunk_table(
+    dset: h5py.Dataset, plist: Any, size: int | None, where: str, store: ChunkIndexStore | None
+) -> ChunkIndex:
+    """The checked chunk index: loaded from ``store`` when it keeps a valid one, else walked."""
+    key, shape, chunks = str(dset.name), tuple(dset.shape), tuple(dset.chunks)
+    if store is not None:
+        saved = store.load_index(key, shape, chunks)
+        if saved is not None:
+            with contextlib.suppress(CorruptFileError):  # a bad saved index: the walk decides
+                _check_chunks(saved, dset, plist, size, where)
+                return saved
     table = read_chunk_index(dset, where, size)
     _check_chunks(table, dset, plist, size, where)
+    if store is not None:
+        store.save_index(key, shape, chunks, table)
     return table
+
+
+def _index_store(source: H5Source) -> ChunkIndexStore | None:
+    file = source.byte_source() if source.is_remote else None
+    return file if isinstance(file, ChunkIndexStore) else None
 
 
 def _check_chunks(

@@ -8,6 +8,9 @@ their own offsets and recorded, and the whole request is then read locally. Two 
 miss the same piece at the same moment may both fetch it (they write the same bytes); nothing
 is ever served from a piece that was not recorded as written.
 
+The entry also keeps the chunk indexes walked from the object (``metadata.py``): the next
+process loads them instead of walking the object's B-trees again.
+
 With ``cache_limit`` set, unused entries are evicted (least recently used first) to make room;
 when the cap cannot be kept (the entries in use fill it), the request is read from the store
 without caching it.
@@ -20,10 +23,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..file.byte_source import Buffer, LocalFile
+from ..file.chunk_index import ChunkIndex
 from ..file.identity import ObjectVersion
 from ..process import PerProcess
 from .cache_dir import CacheEntry, make_room
 from .intervals import covered, missing
+from .metadata import MetadataStore
 from .object_file import RemoteFile
 
 __all__ = ["CachedFile"]
@@ -74,6 +79,18 @@ class CachedFile:
             self.remote.read_ranges(ranges, buffers)  # no room: read through, cache nothing
             return
         self._local.get_or_make(lambda: LocalFile(entry.data_path)).read_ranges(ranges, buffers)
+
+    def load_index(
+        self, key: str, shape: tuple[int, ...], chunks: tuple[int, ...]
+    ) -> ChunkIndex | None:
+        """The chunk index of dataset ``key`` saved in the entry, checked; None: walk it."""
+        return MetadataStore(self.entry().path, self.size()).load_index(key, shape, chunks)
+
+    def save_index(
+        self, key: str, shape: tuple[int, ...], chunks: tuple[int, ...], index: ChunkIndex
+    ) -> None:
+        """Keep dataset ``key``'s walked chunk index in the entry for the next process."""
+        MetadataStore(self.entry().path, self.size()).save_index(key, shape, chunks, index)
 
     def local_copy(self) -> str | None:
         """The cached file's path once it holds the whole object (a local copy), else None."""

@@ -3,8 +3,11 @@
 h5py reads a file object with many small reads (object headers, B-tree nodes, heaps: hundreds
 of bytes to a few kilobytes each, one after another). Sent to a store as they come, each would
 cost a round trip. So reads are served from aligned blocks of ``block`` bytes, kept in a small
-LRU: one request brings the neighbouring metadata too. Through a ``CachedFile`` the blocks land
-in the node's cache, so the next process walks the metadata from local disk.
+LRU: one request brings the neighbouring metadata too. When a read is an internal node of a
+chunk index (a version-1 B-tree), the blocks of all its children are fetched at once
+(``btree.py``): h5py's walk then costs a round trip per internal node, not one per node.
+Through a ``CachedFile`` the blocks land in the node's cache, so the next process walks the
+metadata from local disk.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..file.byte_source import ByteSource
+from .btree import btree_children
 
 __all__ = ["SourceFile"]
 
@@ -68,8 +72,20 @@ class SourceFile(io.RawIOBase):
         else:
             with self._lock:
                 self._copy_blocks(pos, end, view)
+                self._fetch_children(bytes(view[: end - pos]))
         self._pos = end
         return end - pos
+
+    def _fetch_children(self, node: bytes) -> None:
+        """Fetch the children of a chunk-index B-tree node just read, together (``btree.py``)."""
+        children = btree_children(node, self._size)
+        numbers = {
+            n
+            for child in children
+            for n in range(child // self.block, (child + len(node) - 1) // self.block + 1)
+            if n * self.block < self._size
+        }
+        self._fetch(sorted(n for n in numbers if n not in self._cache))
 
     def _copy_blocks(self, pos: int, end: int, view: memoryview) -> None:
         """Copy bytes ``[pos, end)`` into ``view``, fetching missing blocks at once."""

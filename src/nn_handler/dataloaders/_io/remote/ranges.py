@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Request", "plan_requests"]
+__all__ = [
+    "BLOCK_TARGET_NBYTES",
+    "MAX_ADJACENT_CHUNKS",
+    "Request",
+    "adjacent_chunks",
+    "plan_requests",
+]
+
+#: decoded bytes a chunk sampler's block of adjacent chunks aims at on a remote file
+BLOCK_TARGET_NBYTES = 1024**2
+#: most adjacent chunks per block (mixing: rows this close in the file stay together)
+MAX_ADJACENT_CHUNKS = 8
 
 
 @dataclass(frozen=True)
@@ -61,3 +72,17 @@ def plan_requests(
     if members:
         requests.append(Request(start, end, tuple(members)))
     return requests
+
+
+def adjacent_chunks(chunk_nbytes: int) -> int:
+    """Adjacent chunks per sampler block for a remote file whose chunks decode to this size.
+
+    A request costs a round trip (tens of milliseconds) whatever its size, while a megabyte
+    more costs about a millisecond: blocks of neighbouring chunks up to ``BLOCK_TARGET_NBYTES``
+    decoded (less stored) are fetched by one request each. The cap keeps the mixing cost
+    bounded (rows at most ``MAX_ADJACENT_CHUNKS`` chunks apart stay in one block); chunks of
+    ``BLOCK_TARGET_NBYTES`` or more (or no chunking: 0) keep a block per chunk.
+    """
+    if chunk_nbytes <= 0:
+        return 1
+    return max(1, min(MAX_ADJACENT_CHUNKS, BLOCK_TARGET_NBYTES // chunk_nbytes))

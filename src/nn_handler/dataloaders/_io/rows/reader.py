@@ -251,7 +251,9 @@ class RowReader:
         """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
         if self._blocks is not None:
             chunks = self.window_cache_nbytes(block_rows, blocks) // self._blocks.block_nbytes
-            self._blocks.plan_window(max(1, chunks))
+            own = self.chunk_rows or 1
+            run = block_rows // own if block_rows % own == 0 else 1
+            self._blocks.plan_window(max(1, chunks), run)
 
     def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
         """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.
