@@ -81,6 +81,14 @@ def test_reads_are_decoded_before_readahead():
     assert order == ["read0", "read1", "ahead0", "ahead1", "ahead2", "ahead3"]
 
 
+def test_a_pool_shut_down_refuses_work_and_keeps_none():
+    pool = threads_module._Pool(2)
+    pool.executor.shutdown()
+    with pytest.raises(RuntimeError):
+        pool.submit(thread_name, 0, 0)
+    assert pool._works == []
+
+
 def test_run_parallel_raises_and_stops():
     set_decode_threads(2)
     started = []

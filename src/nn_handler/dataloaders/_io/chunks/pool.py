@@ -50,8 +50,9 @@ _Work = tuple[int, int, Callable[[Any], Any], Any, "Future[Any]"]  # priority, o
 class _Pool:
     """This process's decode threads, serving waiting reads before readahead.
 
-    Each task queues one runner in the executor and its work in a heap; a runner runs whichever
-    work is most urgent then, so there are always as many runners as works.
+    Works wait in a heap (most urgent first, then in the order they came); each one queues a
+    runner in the executor, and a runner runs works until the heap is empty, so no work is
+    left without a runner whichever runner takes it.
     """
 
     def __init__(self, threads: int) -> None:
@@ -63,31 +64,33 @@ class _Pool:
 
     def submit(self, fn: Callable[[T], R], item: T, priority: int) -> Future[R]:
         future: Future[R] = Future()
+        work: _Work = (priority, next(self._order), fn, item, future)
         with self._lock:
-            heapq.heappush(self._works, (priority, next(self._order), fn, item, future))
+            heapq.heappush(self._works, work)
         try:
-            self.executor.submit(self._run_next)
-        except RuntimeError:  # shut down: no runner will come for the works left
+            self.executor.submit(self._run)
+        except RuntimeError:  # shut down: take the work back unless a runner already has it
             with self._lock:
-                works, self._works = self._works, []
-            for work in works:
-                work[-1].cancel()
-            raise
+                if any(w is work for w in self._works):
+                    self._works.remove(work)
+                    heapq.heapify(self._works)
+                    raise
         return future
 
-    def _run_next(self) -> None:
-        with self._lock:
-            if not self._works:
-                return  # cancelled when the pool was shut down
-            _, _, fn, item, future = heapq.heappop(self._works)
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = fn(item)
-        except BaseException as exc:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._works:
+                    return
+                _, _, fn, item, future = heapq.heappop(self._works)
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            try:
+                result = fn(item)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
 
 _lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
