@@ -50,9 +50,9 @@ _Work = tuple[int, int, Callable[[Any], Any], Any, "Future[Any]"]  # priority, o
 class _Pool:
     """This process's decode threads, serving waiting reads before readahead.
 
-    Works wait in a heap (most urgent first, then in the order they came); each one queues a
-    runner in the executor, and a runner runs works until the heap is empty, so no work is
-    left without a runner whichever runner takes it.
+    Works wait in a heap (most urgent first, then in the order they came). At most ``size``
+    runners take works from it, each until it is empty; a work added when fewer are running
+    starts another (checked under the heap's lock, so no work is ever left without a runner).
     """
 
     def __init__(self, threads: int) -> None:
@@ -61,26 +61,32 @@ class _Pool:
         self._lock = threading.Lock()
         self._works: list[_Work] = []
         self._order = itertools.count()
+        self._runners = 0
 
     def submit(self, fn: Callable[[T], R], item: T, priority: int) -> Future[R]:
         future: Future[R] = Future()
         work: _Work = (priority, next(self._order), fn, item, future)
         with self._lock:
             heapq.heappush(self._works, work)
-        try:
-            self.executor.submit(self._run)
-        except RuntimeError:  # shut down: take the work back unless a runner already has it
-            with self._lock:
-                if any(w is work for w in self._works):
-                    self._works.remove(work)
-                    heapq.heapify(self._works)
-                    raise
+            start = self._runners < self.size
+            self._runners += start
+        if start:
+            try:
+                self.executor.submit(self._run)
+            except RuntimeError:  # shut down: take the work back unless a runner has it
+                with self._lock:
+                    self._runners -= 1
+                    if any(w is work for w in self._works):
+                        self._works.remove(work)
+                        heapq.heapify(self._works)
+                        raise
         return future
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 if not self._works:
+                    self._runners -= 1
                     return
                 _, _, fn, item, future = heapq.heappop(self._works)
             if not future.set_running_or_notify_cancel():
