@@ -104,6 +104,23 @@ def test_block_cache_is_lru():
     assert claim.fresh == [0] and len(window) == 1 and window.nbytes == 10
 
 
+def test_readahead_claims_what_the_free_slots_hold():
+    window = Window(GEOMETRY)
+    running = window.claim(np.arange(6), 10)  # a batch pins 6 of 10 slots
+    assert window.claim_ahead(np.arange(6, 14), 10) is None  # 4 free, 4 kept for running reads
+    part = window.claim_ahead(np.arange(6, 10), 10)  # 4 free, 2 kept: the first 2 blocks
+    assert part is not None and part.fresh == [6, 7]
+    assert window.claim_ahead(np.arange(6, 10), 10) is None  # 2 free, 2 kept
+    window.settle(running, ok=True)
+    window.release(running)
+    rest = window.claim_ahead(np.arange(6, 12), 10)  # the batch is done: room for all
+    assert rest is not None and rest.fresh == [8, 9, 10, 11]
+    for claim in (part, rest):
+        for block in claim.fresh:
+            window.settle_ahead(claim, block, ok=True)
+    assert window.pins == 0 and len(window) == 10
+
+
 def test_block_cache_is_per_process(make_h5):
     data = images(64)
     r = reader(make_h5({"x": (data, "gzip")}))

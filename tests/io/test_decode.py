@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nn_handler.dataloaders._io.chunks.decoders as decoders_module
+import nn_handler.dataloaders._io.chunks.shuffle as shuffle_module
 from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
 from nn_handler.dataloaders._io.chunks.decoders import (
     Step,
@@ -37,6 +38,7 @@ def inflater(request, monkeypatch):
     if request.param == "fallbacks":
         monkeypatch.setattr(decoders_module, "_deflate_decode", None)
         monkeypatch.setattr(decoders_module, "_h5checksum_fletcher32", None)
+        monkeypatch.setattr(shuffle_module, "blosc_unshuffles", lambda: False)
     elif decoders_module._deflate_decode is None:
         pytest.skip("the optional 'imagecodecs' package is not installed")
     return request.param

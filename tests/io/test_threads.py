@@ -62,6 +62,33 @@ def test_run_parallel_keeps_order_and_uses_the_pool():
     assert set(run_parallel(thread_name, range(5))) == {threading.current_thread().name}
 
 
+def test_reads_are_decoded_before_readahead():
+    set_decode_threads(2)
+    gates, order = [threading.Event(), threading.Event()], []
+    busy = [threads_module.submit(gate.wait, TIMEOUT) for gate in gates]  # both threads wait
+    ahead = [threads_module.submit(order.append, f"ahead{k}") for k in range(4)]
+    reader = threading.Thread(target=run_parallel, args=(order.append, ["read0", "read1"]))
+    reader.start()
+    while len(threads_module._pool.get()._works) < 6:  # the read is queued behind readahead
+        threading.Event().wait(0.001)
+    gates[0].set()  # one thread runs all the rest, in the order the pool picks them
+    reader.join(TIMEOUT)
+    for future in ahead:
+        future.result(TIMEOUT)
+    gates[1].set()
+    assert all(future.result(TIMEOUT) for future in busy)
+    assert not reader.is_alive()
+    assert order == ["read0", "read1", "ahead0", "ahead1", "ahead2", "ahead3"]
+
+
+def test_a_pool_shut_down_refuses_work_and_keeps_none():
+    pool = threads_module._Pool(2)
+    pool.executor.shutdown()
+    with pytest.raises(RuntimeError):
+        pool.submit(thread_name, 0, 0)
+    assert pool._works == []
+
+
 def test_run_parallel_raises_and_stops():
     set_decode_threads(2)
     started = []

@@ -9,7 +9,7 @@ the GIL, with a standard-library or NumPy fallback for HDF5's built-in filters:
 | filter (id) | decoded by | without the library |
 |---|---|---|
 | deflate / gzip (1) | ``imagecodecs.deflate_decode`` (libdeflate) | ``zlib``, one copy |
-| byte-shuffle (2) | NumPy, one strided copy per byte plane | (the same) |
+| byte-shuffle (2) | c-blosc's unshuffle via ``imagecodecs.blosc_decode`` (``shuffle.py``) | NumPy |
 | Fletcher-32 (3) | ``imagecodecs.h5checksum_fletcher32`` | NumPy sums |
 | blosc (32001) | ``imagecodecs.blosc_decode`` | h5py |
 | lz4 (32004) | ``imagecodecs.lz4h5_decode`` (HDF5's lz4 framing) | h5py |
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .shuffle import FRAME, framed_fits, unshuffle_framed, unshuffle_planes
 
 __all__ = [
     "BITSHUFFLE",
@@ -63,6 +65,7 @@ __all__ = [
 DEFLATE, SHUFFLE, FLETCHER32 = 1, 2, 3
 BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2 = 32001, 32004, 32008, 32015, 32026
 _CHECKSUM = 4
+_COPY = 4  # the scratch buffer a shuffled chunk is framed in when it came from elsewhere
 _MOD = 65535  # Fletcher-32 sums are kept modulo 2**16 - 1
 
 Buffer = np.ndarray[Any, Any]  # 1-d, uint8, C-contiguous
@@ -112,13 +115,28 @@ _local = threading.local()
 
 
 def scratch(size: int, which: int) -> Buffer:
-    """A reused per-thread buffer of ``size`` bytes (``which`` tells a caller's apart)."""
-    key = f"scratch{which}"
-    buf: Buffer | None = getattr(_local, key, None)
-    if buf is None or buf.size < size:
-        buf = np.empty(max(size, 1), dtype=np.uint8)
-        setattr(_local, key, buf)
-    return buf[:size]
+    """A reused per-thread buffer of ``size`` bytes (``which`` tells a caller's apart).
+
+    ``FRAME`` bytes of room are kept before it: a shuffled chunk inflated into it is framed
+    for c-blosc's unshuffle in place (``shuffle.py``).
+    """
+    buffers: dict[int, Buffer] | None = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = {}
+    buf = buffers.get(which)
+    if buf is None or buf.size < FRAME + size:
+        buf = buffers[which] = np.empty(FRAME + size, dtype=np.uint8)
+    return buf[FRAME : FRAME + size]
+
+
+def _framed(src: Buffer) -> Buffer | None:
+    """``src`` with the ``FRAME`` bytes before it, when it is what ``scratch`` returned."""
+    base = src.base
+    buffers: dict[int, Buffer] = getattr(_local, "buffers", {})
+    if not isinstance(base, np.ndarray) or not any(base is b for b in buffers.values()):
+        return None
+    offset = src.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return base[: FRAME + src.size] if offset == FRAME else None
 
 
 def call(name: str, decode: Decode | None, src: Any, dest: Buffer, **kw: Any) -> Buffer:
@@ -184,21 +202,27 @@ def inflate_head(raw: Any, nbytes: int) -> Buffer:
 def unshuffle_into(src: Buffer, dest: Buffer, itemsize: int) -> None:
     """Undo HDF5's byte-shuffle of ``src`` into ``dest`` (same length, both uint8).
 
-    Bytes past the last whole element stay in place, as in HDF5's filter.
+    c-blosc's SIMD unshuffle when it can (``shuffle.py``; ``src`` is framed where it lies when
+    it came from ``scratch``, else copied into a scratch buffer first: a copy costs a fraction
+    of the NumPy unshuffle), else NumPy. Bytes past the last whole element stay in place, as in
+    HDF5's filter.
     """
     if src.nbytes != dest.nbytes:
         raise ChunkDecodeError(f"shuffled chunk holds {src.nbytes} bytes, expected {dest.nbytes}")
-    count = src.size // itemsize if itemsize > 1 else 0
-    if count < 2:
-        dest[:] = src
-        return
-    body = count * itemsize
-    planes, rows = src[:body].reshape(itemsize, count), dest[:body].reshape(count, itemsize)
-    # one strided copy per byte plane: ~3x a transpose, and no slower than numcodecs.Shuffle
-    # (benchmarks/bench_codecs.py), so no library for it
-    for k in range(itemsize):
-        rows[:, k] = planes[k]
-    dest[body:] = src[body:]
+    if framed_fits(src.nbytes, itemsize):
+        framed = _framed(src)
+        if framed is None:
+            framed = _framed_copy(src)
+        if unshuffle_framed(framed, dest, itemsize):
+            return
+    unshuffle_planes(src, dest, itemsize)
+
+
+def _framed_copy(src: Buffer) -> Buffer:
+    """``src`` copied into a scratch buffer, with the ``FRAME`` bytes before it."""
+    scratch(src.nbytes, _COPY)[:] = src
+    buffers: dict[int, Buffer] = _local.buffers
+    return buffers[_COPY][: FRAME + src.nbytes]
 
 
 def fletcher32(buf: np.ndarray[Any, Any]) -> int:

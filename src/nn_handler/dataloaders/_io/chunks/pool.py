@@ -7,16 +7,23 @@ exist there) and builds its own pool on first use. Spawned workers import this m
 Size: ``set_decode_threads(n)`` in this process, else the environment variable
 ``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else the CPUs this process may run
 on, capped at 8 and divided among DataLoader workers.
+
+Order: the blocks a read waits for (``run_parallel``) are decoded before blocks filled ahead
+of need (``submit``), whatever was queued first. Readahead queues a whole window of blocks; a
+read that found a block of its own window unclaimed would otherwise wait for the next window
+to be decoded before its block, and then leave the threads idle while it serves the rest.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ...._validate import check_parallel
 from ..process import PerProcess
@@ -35,14 +42,61 @@ R = TypeVar("R")
 ENV_VAR = "NN_HANDLER_DECODE_THREADS"
 _MAX_AUTO_THREADS = 8
 _IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
+_READ, _AHEAD = 0, 1  # priorities: a waiting read first, then readahead
+
+_Work = tuple[int, int, Callable[[Any], Any], Any, "Future[Any]"]  # priority, order, fn, item
 
 
 class _Pool:
-    """This process's decode threads."""
+    """This process's decode threads, serving waiting reads before readahead.
+
+    Works wait in a heap (most urgent first, then in the order they came). At most ``size``
+    runners take works from it, each until it is empty; a work added when fewer are running
+    starts another (checked under the heap's lock, so no work is ever left without a runner).
+    """
 
     def __init__(self, threads: int) -> None:
         self.size = threads
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="nn_handler-decode")
+        self._lock = threading.Lock()
+        self._works: list[_Work] = []
+        self._order = itertools.count()
+        self._runners = 0
+
+    def submit(self, fn: Callable[[T], R], item: T, priority: int) -> Future[R]:
+        future: Future[R] = Future()
+        work: _Work = (priority, next(self._order), fn, item, future)
+        with self._lock:
+            heapq.heappush(self._works, work)
+            start = self._runners < self.size
+            self._runners += start
+        if start:
+            try:
+                self.executor.submit(self._run)
+            except RuntimeError:  # shut down: take the work back unless a runner has it
+                with self._lock:
+                    self._runners -= 1
+                    if any(w is work for w in self._works):
+                        self._works.remove(work)
+                        heapq.heapify(self._works)
+                        raise
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._works:
+                    self._runners -= 1
+                    return
+                _, _, fn, item, future = heapq.heappop(self._works)
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            try:
+                result = fn(item)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
 
 _lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
@@ -112,7 +166,7 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     pending: deque[Future[R]] = deque()
     try:
         for item in items:
-            pending.append(pool.executor.submit(fn, item))
+            pending.append(pool.submit(fn, item, _READ))
             if len(pending) >= limit:
                 results.append(pending.popleft().result())
         while pending:
@@ -126,13 +180,13 @@ def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
 
 
 def submit(fn: Callable[[T], R], item: T) -> Future[R] | None:
-    """Start ``fn(item)`` in the decode pool and return its future.
+    """Start ``fn(item)`` in the decode pool, after any waiting read's work; return its future.
 
     None when there is no pool (one decode thread): work started ahead of need (readahead) is
     then simply not started.
     """
     pool = _executor()
-    return None if pool is None else pool.executor.submit(fn, item)
+    return None if pool is None else pool.submit(fn, item, _AHEAD)
 
 
 def _executor() -> _Pool | None:

@@ -154,12 +154,17 @@ class Window:
     def claim_ahead(self, ids: np.ndarray[Any, Any], capacity: int) -> Claim | None:
         """Pin slots for the blocks of ``ids`` not held yet, to fill ahead of need.
 
-        None when the window is busy (too few unpinned slots: readahead must not evict what
-        running batches need). Each fresh block is unpinned by ``settle_ahead``.
+        Half of ``ids`` in unpinned slots is left alone (readahead must not evict what running
+        batches need); of the blocks not held, as many are claimed as the other unpinned slots
+        hold, the first ones first: a window still being filled leaves room for the start of
+        the next, so the decode threads never run dry between windows. None when no block is
+        claimed. Each fresh block is unpinned by ``settle_ahead``.
         """
         with self.lock:
             arena, state = self._current(capacity)
-            if np.count_nonzero(state.pins == 0) < ids.size + ids.size // 2:
+            room = int(np.count_nonzero(state.pins == 0)) - ids.size // 2
+            ids = ids[state.slot_of[ids] < 0][: max(0, room)]
+            if ids.size == 0:
                 return None
             slots, fresh, _ = state.claim(ids, touch=False)
             is_fresh = np.isin(ids, fresh)
