@@ -47,6 +47,7 @@ from ._protocols import (
     set_epoch_once,
     splits_across_ranks,
 )
+from ._samples.shared_memory import share_batch
 from .samplers import EpochShuffleSampler
 
 __all__ = ["BatchedDataset", "EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
@@ -96,8 +97,17 @@ class BatchedDataset(Dataset[Any]):
 
     @staticmethod
     def collate(batch: list[Any]) -> Any:
-        """``collate_fn`` for a ``BatchedDataset``: the batch its ``__getitems__`` stacked."""
-        return batch[0]
+        """``collate_fn`` for a ``BatchedDataset``: the batch its ``__getitems__`` stacked.
+
+        In a DataLoader worker process its tensors are moved into shared memory here, as
+        ``default_collate`` allocates them there: torch would move them anyway when sending
+        the batch, but in a thread that drops the batch on error (a full ``/dev/shm``), and
+        the main process would wait for it forever.
+
+        Raises:
+            MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
+        """
+        return share_batch(batch[0])
 
     def __getattr__(self, name: str) -> Any:
         if name == "dataset" or name.startswith("__"):  # unpickling, copy: not forwarded

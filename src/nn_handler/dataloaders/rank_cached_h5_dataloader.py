@@ -41,6 +41,7 @@ from ._io.file.source import FileOptions, H5Source, LockingMode
 from ._io.indices import as_index_array, is_scalar_index, normalize_index
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
+from ._samples.shared_memory import in_worker_process, new_shared
 from ._samples.split import restack, split_samples
 from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
 from .shard_sampler import ShardEpochSampler
@@ -493,10 +494,15 @@ def _gather(
 ) -> Any:
     if fn is not None:
         return restack(fn, _select(cache, idx))
-    if not pinned:
+    shape = (len(idx), *cache.shape[1:])
+    if pinned:
+        return _select(cache, idx, torch.empty(shape, dtype=cache.dtype, pin_memory=True))
+    source = _as_numpy(cache) if in_worker_process() else None
+    if source is None:
         return _select(cache, idx)
-    out = torch.empty((len(idx), *cache.shape[1:]), dtype=cache.dtype, pin_memory=True)
-    return _select(cache, idx, out)
+    # gathered straight into shared memory: the batch leaves the worker without another copy,
+    # and a full /dev/shm is an error raised here rather than a batch dropped (see new_shared)
+    return _select(cache, idx, new_shared(shape, source.dtype))
 
 
 # torch has no 1-d index_select kernel for uint16/32/64: gather their bits as the signed type

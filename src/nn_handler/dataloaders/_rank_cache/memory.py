@@ -9,7 +9,6 @@ probe is unavailable (not Linux) the check is skipped rather than guessed.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from ..._validate import format_bytes
+from .._samples.shared_memory import SHM_PATH, shm_space
 
 __all__ = [
     "SHM_PATH",
@@ -31,7 +31,6 @@ __all__ = [
     "unshared_nbytes",
 ]
 
-SHM_PATH = "/dev/shm"
 _MEMINFO = "/proc/meminfo"
 _LOGGED: set[str] = set()
 
@@ -46,15 +45,6 @@ def available_ram_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def shm_space(path: str = SHM_PATH) -> tuple[int, int] | None:
-    """Return ``(free, size)`` in bytes of the shared-memory file system, or None where absent."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
 def check_fits(nbytes: int, what: str, *, shared: bool) -> None:

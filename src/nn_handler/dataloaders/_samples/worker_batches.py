@@ -14,38 +14,28 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from .._io.indices import as_index_array
 from .._io.rows.fields import Reader
+from .shared_memory import in_worker_process, new_shared
 from .tensors import to_tensor
 
 __all__ = ["read_batch"]
-
-
-def _shared_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
-    """An uninitialised tensor allocated in shared memory (no private copy made first)."""
-    probe = torch.from_numpy(np.empty(0, dtype=dtype))
-    numel = int(np.prod(shape))
-    try:  # what default_collate does in workers: allocate the shared storage directly
-        storage = probe._typed_storage()._new_shared(numel, device=probe.device)  # type: ignore[no-untyped-call]
-        shared: torch.Tensor = probe.new(storage).resize_(*shape)
-    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - other torch versions
-        shared = probe.new_empty(shape)
-        shared.share_memory_()  # type: ignore[no-untyped-call]
-    return shared
 
 
 def read_batch(reader: Reader, indices: Any, dtype: np.dtype[Any] | None) -> torch.Tensor:
     """Rows ``indices`` of ``reader`` as one tensor (cast to ``dtype``).
 
     In a DataLoader worker process the tensor is allocated in shared memory.
+
+    Raises:
+        MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
     """
     final = reader.dtype if dtype is None else dtype
-    if get_worker_info() is None or not final.isnative or final.kind not in "biuf":
+    if not in_worker_process() or not final.isnative or final.kind not in "biuf":
         return to_tensor(reader.read(indices), dtype)
     idx = as_index_array(indices, reader.length)
-    batch = _shared_empty((idx.size, *reader.row_shape), final)
+    batch = new_shared((idx.size, *reader.row_shape), final)
     out = batch.numpy()
     if final == reader.dtype:
         reader.read(idx, out=out)
