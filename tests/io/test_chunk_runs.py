@@ -23,7 +23,7 @@ from helpers.files import h5_rows
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
 
-N = 203  # a short last chunk for every chunk length below
+N = 403  # a short last chunk for every chunk length below
 COMPOUND = np.dtype([("a", "<i4"), ("b", "<f8"), ("c", "S3")])
 
 FILTERS = {
@@ -66,7 +66,7 @@ def runs(monkeypatch):
 
 
 @pytest.mark.parametrize("name", list(FILTERS))
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 200])  # 200 rows: 2400 bytes, one inflate each
 def test_small_chunks_read_in_order_equal_h5py(tmp_path, runs, name, rows):
     path = tmp_path / "f.h5"
     data = values(np.float32)

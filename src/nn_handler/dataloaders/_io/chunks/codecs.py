@@ -69,6 +69,8 @@ __all__ = [
 
 _CHECKSUM = 4
 _BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs for all at once
+# above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
+_BATCHED_MAX_BYTES = 2 * 1024
 _SIZE_KEEPING = frozenset({SHUFFLE, FLETCHER32})  # steps whose output size is fixed by the chunk
 _KNOWN = (DEFLATE, SHUFFLE, FLETCHER32, BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2)
 _UNDO = {**BUILTIN, **PLUGINS}  # every step but Fletcher-32 (``strip_checksum``)
@@ -132,10 +134,10 @@ class ChunkPipeline:
     ) -> None:
         """Decode the chunks ``raw[o:o + n]`` of ``spans`` into the rows of ``out``.
 
-        ``out`` is uint8 of shape ``(len(spans), chunk_nbytes)``. Plain deflate (after a byte
-        shuffle or not), no filter skipped: all chunks at once (``inflate_many``,
-        ``unshuffle_rows``), with the same checks as ``decode_into``; other pipelines: one
-        ``decode_into`` per chunk.
+        ``out`` is uint8 of shape ``(len(spans), chunk_nbytes)``. Chunks of at most 2 KiB in
+        plain deflate (after a byte shuffle or not), no filter skipped: all at once
+        (``inflate_many``, ``unshuffle_rows``), with the same checks as ``decode_into``;
+        otherwise one ``decode_into`` per chunk.
 
         Raises:
             ChunkDecodeError: as ``decode_into``, for any of the chunks (decode them one at a
@@ -146,7 +148,7 @@ class ChunkPipeline:
                 f"out has shape {out.shape}, expected {(len(spans), self.chunk_nbytes)}"
             )
         codes = tuple(step.code for step in self.steps)
-        if any(masks) or codes not in _BATCHED:
+        if any(masks) or codes not in _BATCHED or self.chunk_nbytes > _BATCHED_MAX_BYTES:
             for k, (start, size) in enumerate(spans):
                 self.decode_into(raw[start : start + size], masks[k], out[k])
             return
