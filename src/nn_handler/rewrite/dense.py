@@ -63,9 +63,11 @@ def write_dense(
         sink = ChunkStream(dset, plan.pipeline, pool, budget)
     else:
         sink = H5pyRows(dset)
-    # in order, small slabs let the pool compress one while the next is read; shuffled, big
-    # slabs mean fewer passes over the input
-    slab = budget if order is not None else min(budget, SEQUENTIAL_BYTES)
+    # in order, small slabs let the pool compress one while the next is read (but at least an
+    # input chunk: whole chunks decode straight into the slab); shuffled, big slabs mean fewer
+    # passes over the input
+    in_chunk = int(src.chunks[0]) * plan.row_bytes if src.chunks else 0
+    slab = budget if order is not None else min(budget, max(SEQUENTIAL_BYTES, in_chunk))
     step = slab_rows(plan.chunks[0], plan.row_bytes, slab, plan.shape[0])
     reader = RowReader(source, plan.path)
     try:
