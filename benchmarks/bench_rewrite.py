@@ -10,9 +10,16 @@ Layouts:
 
 Loader: ``batched_loader(ds, 256, sampler=ChunkShuffleSampler(ds))`` (``H5LazyDataset`` x + y,
 ``H5SparseDataset`` for the .h5ad), rows/s over ``--seconds`` or one epoch. Rewrite: the default
-options (zstd level 3, 1 MiB chunks of whole rows), verification timed apart. Codec limit: the
+options (zstd level 3, 1 MiB chunks of whole rows); "rewrite MB/s" is the input's decoded bytes
+over ``report.seconds``, the writing step alone (read, compress, write: what the codec limit
+compares with; verification timed apart); "end to end" over the whole ``rewrite_file`` call
+(inspecting and planning, writing, verifying every row through h5py). Codec limit: the
 output's decoded bytes cut in its chunks and compressed with the same codec in a pool of every
-core, in memory. Copy loop: ``dst[a:b] = src[a:b]`` per dataset into the same chunks and codec.
+core, in memory. Input read: the input's decoded data read as the rewrite reads it
+(``RowReader.read_range``, 4 MiB slabs, decode pool on every core), nothing written. Bound: when
+reading and compressing each keep every core busy, writing ``B`` bytes takes at least
+``B / read + B / codec``, so rewrite / codec cannot exceed ``read / (read + codec)``. Copy loop:
+``dst[a:b] = src[a:b]`` per dataset into the same chunks and codec.
 
     python benchmarks/bench_rewrite.py [--scale 1.0] [--seconds 3] [--repeats 3]
 """
@@ -39,8 +46,12 @@ from nn_handler.dataloaders import (
     H5SparseDataset,
     batched_loader,
 )
+from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+from nn_handler.dataloaders._io.rows.reader import RowReader
 from nn_handler.rewrite import rewrite_file
 from nn_handler.rewrite.codecs import Codec
+
+SLAB_BYTES = 4 << 20  # the rewrite's slabs when it reads in order (rewrite.chunking)
 
 
 def write_row_per_chunk(path: Path, n: int) -> None:
@@ -133,6 +144,32 @@ def codec_limit(path: Path, workers: int) -> float:
     return nbytes / (time.perf_counter() - start) / 1e6
 
 
+def read_rate(path: Path) -> float:
+    """MB/s of reading the input's decoded data as the rewrite does, on every core.
+
+    Every dataset of fixed-size values through ``RowReader.read_range`` in the rewrite's 4 MiB
+    slabs (its decode pool on every core), nothing compressed or written.
+    """
+    source = H5Source(str(path), FileOptions())
+    names: list[str] = []
+    source.file.visititems(
+        lambda k, o: (
+            names.append(k)
+            if isinstance(o, h5py.Dataset) and o.shape and o.dtype.kind != "O"
+            else None
+        )
+    )
+    nbytes, start = 0, time.perf_counter()
+    for k in names:
+        reader = RowReader(source, k)
+        step = max(1, SLAB_BYTES // max(1, reader.row_nbytes))
+        for a in range(0, reader.length, step):
+            nbytes += reader.read_range(a, min(a + step, reader.length)).nbytes
+    seconds = time.perf_counter() - start
+    source.close()
+    return nbytes / seconds / 1e6
+
+
 def copy_loop(src: Path, dst: Path, like: Path) -> float:
     """Seconds of a plain h5py copy into the rewrite's chunks and codec (zstd 3)."""
     start = time.perf_counter()
@@ -173,19 +210,21 @@ def main() -> None:
     print(f"{workers} cores, load {os.getloadavg()[0]:.2f}, scale {args.scale}, "
           f"median of {args.repeats}")  # fmt: skip
     print("| layout | size before → after | loader rows/s before → after (×) | rewrite MB/s "
-          "(verify s) | copy loop MB/s | h5repack MB/s | codec MB/s on all cores | rewrite / "
-          "codec |")  # fmt: skip
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+          "(verify s) | end to end MB/s | copy loop MB/s | h5repack MB/s | codec MB/s on all "
+          "cores | input read MB/s | rewrite / codec (end to end) | bound |")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, (write, n, sparse) in layouts.items():
             src, dst = Path(tmp, f"{name}.h5"), Path(tmp, f"{name}.fast.h5")
             note = write(src, n)
             nbytes = decoded_bytes(src)
-            runs: dict[str, list[float]] = {k: [] for k in ("before", "after", "rw", "ver",
-                                                            "copy", "repack", "codec")}  # fmt: skip
+            keys = ("before", "after", "rw", "all", "ver", "read", "copy", "repack", "codec")
+            runs: dict[str, list[float]] = {k: [] for k in keys}
             for _ in range(args.repeats):
                 runs["before"].append(loader_rate(src, sparse, args.seconds))
+                start = time.perf_counter()
                 report = rewrite_file(src, dst, force=True, progress=False, workers=workers)
+                runs["all"].append(nbytes / (time.perf_counter() - start) / 1e6)
                 runs["rw"].append(nbytes / report.seconds / 1e6)
                 runs["ver"].append(report.verify_seconds)
                 runs["after"].append(loader_rate(dst, sparse, args.seconds))
@@ -194,13 +233,16 @@ def main() -> None:
                 if repack is not None:
                     runs["repack"].append(nbytes / repack / 1e6)
                 runs["codec"].append(codec_limit(dst, workers))
+                runs["read"].append(read_rate(src))
             m = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
             size = f"{os.path.getsize(src) / 2**20:.1f} → {os.path.getsize(dst) / 2**20:.1f} MiB"
             repack_text = f"{m['repack']:,.0f}" if runs["repack"] else "not on PATH"
             print(f"| {name}{f' ({note})' if note else ''} | {size} | {m['before']:,.0f} → "
                   f"{m['after']:,.0f} ({m['after'] / m['before']:.1f}×) | {m['rw']:,.0f} "
-                  f"({m['ver']:.1f}) | {m['copy']:,.0f} | {repack_text} | {m['codec']:,.0f} | "
-                  f"{m['rw'] / m['codec']:.2f} |")  # fmt: skip
+                  f"({m['ver']:.1f}) | {m['all']:,.0f} | {m['copy']:,.0f} | {repack_text} | "
+                  f"{m['codec']:,.0f} | {m['read']:,.0f} | {m['rw'] / m['codec']:.2f} "
+                  f"({m['all'] / m['codec']:.2f}) | {m['read'] / (m['read'] + m['codec']):.2f} "
+                  "|")  # fmt: skip
 
 
 if __name__ == "__main__":

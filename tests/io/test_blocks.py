@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from nn_handler.dataloaders import H5LazyDataset
+from nn_handler.dataloaders._io.chunks import codecs
 from nn_handler.dataloaders._io.chunks.codecs import ChunkPipeline
 from nn_handler.dataloaders._io.chunks.sources import Geometry
 from nn_handler.dataloaders._io.chunks.window import Window
@@ -30,8 +31,15 @@ def decodes(monkeypatch):
             calls.append(1)
         return original_into(self, raw, filter_mask, out)
 
+    def counting_many(raw, spans, out):
+        with lock:
+            calls.extend([1] * len(spans))
+        return original_many(raw, spans, out)
+
     original_into = ChunkPipeline.decode_into
+    original_many = codecs.inflate_many
     monkeypatch.setattr(ChunkPipeline, "decode_into", counting_into)  # every decoding source
+    monkeypatch.setattr(codecs, "inflate_many", counting_many)  # runs of small deflate chunks
     return calls
 
 

@@ -114,3 +114,28 @@ def test_incompressible_data_is_stored_plain_by_default(tmp_path):
     assert plan.codec == "none"
     with h5py.File(tmp_path / "out.h5") as f:
         assert f["noise"].compression is None and f["noise"].chunks == (4096, 64)
+
+
+def test_inputs_of_tiny_chunks_are_read_in_runs_and_round_trip(tmp_path, monkeypatch):
+    from nn_handler.dataloaders._io.chunks.sources import TableChunks
+
+    runs = []
+    original = TableChunks.fill_run
+    monkeypatch.setattr(
+        TableChunks, "fill_run", lambda self, *a: runs.append(self) or original(self, *a)
+    )
+    src, dst, n = tmp_path / "in.h5", tmp_path / "out.h5", 301
+    rng = np.random.default_rng(3)
+    table = np.zeros(n, [("id", "<i8"), ("w", "<f4"), ("tag", "S2")])
+    table["id"], table["w"], table["tag"] = np.arange(n), rng.random(n), b"ab"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=rng.random((n, 16), np.float32), chunks=(1, 16),
+                         compression="gzip")  # fmt: skip
+        f.create_dataset("y", data=np.arange(n), chunks=(1,), compression="gzip", shuffle=True)
+        f.create_dataset("g/z", data=rng.integers(0, 9, (n, 2)).astype(np.int16), chunks=(2, 2),
+                         compression="gzip", fletcher32=True)  # fmt: skip
+        f.create_dataset("tab", data=table, chunks=(4,), compression="gzip")
+    report = rewrite_file(src, dst, chunk_bytes=1024, memory="32MiB", workers=2)
+    assert_rewritten(src, dst)
+    assert {v.path for v in report.verified} == {"x", "y", "g/z", "tab"}
+    assert len({id(r) for r in runs}) == 4  # every input was read in runs

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_CHUNK_BYTES", "chunk_rows", "chunk_shape"]
+__all__ = ["MAX_CHUNK_BYTES", "SEQUENTIAL_BYTES", "chunk_rows", "chunk_shape"]
 
 #: HDF5's limit on the size of one chunk (a 32-bit length).
 MAX_CHUNK_BYTES = 2**32 - 1
+
+#: Decoded bytes read at a time when rows are read in order: small, so that the pool
+#: compresses one slab while the next is read (the first slab's read and the last's
+#: compression are the only parts that do not overlap).
+SEQUENTIAL_BYTES = 4 * 1024**2
 
 
 def chunk_rows(n_rows: int, row_bytes: int, chunk_bytes: int) -> int:

@@ -1,17 +1,15 @@
 """Write one dense dataset: read slabs of rows from the input, append them to a row sink.
 
-Slabs are whole output chunks, at most a quarter of ``memory`` (16 MiB when read in order, so
-reading and compressing overlap). Without a shuffle they are
-read in order (``RowReader.read_range``: the input's chunks decoded in parallel, each once; or
-h5py for tiny compressed chunks, whose per-chunk cost HDF5's loop keeps lower);
-with one, output slab ``[a, b)`` is input rows ``order[a:b]``, read in one batch
-(``RowReader.read``: sorted, grouped by chunk, each needed chunk decoded once per slab), so the
-input is read about ``dataset bytes / slab bytes`` times.
+Slabs are whole output chunks, at most a quarter of ``memory`` (``SEQUENTIAL_BYTES`` when read
+in order, so reading and compressing overlap). Without a shuffle they are read in order
+(``RowReader.read_range``: the input's chunks decoded in parallel, each once; small chunks read
+in runs of the file and decoded many per task); with one, output slab ``[a, b)`` is input rows
+``order[a:b]``, read in one batch (``RowReader.read``: sorted, grouped by chunk, each needed
+chunk decoded once per slab), so the input is read about ``dataset bytes / slab bytes`` times.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -19,17 +17,15 @@ from typing import Any
 import h5py
 import numpy as np
 
-from nn_handler.dataloaders._io.file.filters import filters_of
 from nn_handler.dataloaders._io.file.source import H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
+from .chunking import SEQUENTIAL_BYTES
 from .plan import DatasetPlan
 from .stream import ChunkStream, H5pyRows, RowSink, create_dataset
 
 __all__ = ["slab_rows", "write_dense"]
 
-_TINY_CHUNK_BYTES = 16 * 1024
-_SEQUENTIAL_SLAB_BYTES = 16 * 1024**2
 
 Order = np.ndarray[Any, np.dtype[np.int64]]
 
@@ -67,17 +63,17 @@ def write_dense(
         sink = ChunkStream(dset, plan.pipeline, pool, budget)
     else:
         sink = H5pyRows(dset)
-    # in order, small slabs let the pool compress one while the next is read; shuffled, big
-    # slabs mean fewer passes over the input
-    slab = budget if order is not None else min(budget, _SEQUENTIAL_SLAB_BYTES)
+    # in order, small slabs let the pool compress one while the next is read (but at least an
+    # input chunk: whole chunks decode straight into the slab); shuffled, big slabs mean fewer
+    # passes over the input
+    in_chunk = int(src.chunks[0]) * plan.row_bytes if src.chunks else 0
+    slab = budget if order is not None else min(budget, max(SEQUENTIAL_BYTES, in_chunk))
     step = slab_rows(plan.chunks[0], plan.row_bytes, slab, plan.shape[0])
-    reader = None if order is None and _tiny_chunks(src) else RowReader(source, plan.path)
+    reader = RowReader(source, plan.path)
     try:
         for start in range(0, plan.shape[0], step):
             stop = min(start + step, plan.shape[0])
-            if reader is None:
-                rows = src[start:stop]
-            elif order is None:
+            if order is None:
                 rows = reader.read_range(start, stop)
             else:
                 rows = reader.read(order[start:stop])
@@ -89,19 +85,7 @@ def write_dense(
             sink.abandon()
         raise
     finally:
-        if reader is not None:
-            reader.clear_cache()
-
-
-def _tiny_chunks(src: h5py.Dataset) -> bool:
-    """Compressed chunks so small that HDF5's own loop reads them faster than the chunk engine.
-
-    Measured on one row of 1 KiB per gzip chunk: 27-30 MB/s through h5py, 18 MB/s through
-    ``RowReader`` (its cost per chunk is Python's); only for reading in order.
-    """
-    if not src.chunks or src.dtype.hasobject or not filters_of(src):
-        return False
-    return bool(src.dtype.itemsize * math.prod(src.chunks) < _TINY_CHUNK_BYTES)
+        reader.clear_cache()
 
 
 def _type_of(src: h5py.Dataset, out_dtype: np.dtype[Any]) -> h5py.h5t.TypeID:

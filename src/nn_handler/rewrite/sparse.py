@@ -1,7 +1,8 @@
 """Write one row-compressed sparse matrix (AnnData ``csr_matrix``, 10x): data, indices, indptr.
 
 Rows are written in blocks of whole rows, at most a quarter of ``memory`` of entries (and their
-gather indices) each; ``data`` and ``indices`` get the same number of entries per chunk, so chunk
+gather indices) each, ``SEQUENTIAL_BYTES`` when read in order (compressing one block while the
+next is read); ``data`` and ``indices`` get the same number of entries per chunk, so chunk
 ``k`` of both covers the same entries, and ``indptr`` is recomputed from the row lengths in the
 order written. Under ``shuffle_rows`` output row ``i`` is input row ``order[i]``: its run of
 entries is gathered from the input (each needed input chunk decoded once per block). ``indptr``
@@ -21,7 +22,7 @@ from nn_handler.dataloaders._io.file.source import H5Source
 from nn_handler.dataloaders._io.formats.sparse_layout import SparseLayout
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
-from .chunking import chunk_rows
+from .chunking import SEQUENTIAL_BYTES, chunk_rows
 from .codecs import Codec, have_imagecodecs
 from .plan import DatasetPlan
 from .stream import ChunkStream, H5pyRows, RowSink, create_dataset
@@ -75,7 +76,8 @@ def write_csr(
     sinks = _create(source, dst, layout, plan, int(out_ptr[-1]), pool, budget)
     readers = [RowReader(source, layout.data_key), RowReader(source, layout.indices_key)]
     try:
-        _write_rows(readers, sinks, indptr, lengths, order, budget // (8 + plan.row_bytes),
+        block = budget if order is not None else min(budget, SEQUENTIAL_BYTES)
+        _write_rows(readers, sinks, indptr, lengths, order, block // (8 + plan.row_bytes),
                     progress)  # fmt: skip
         ptr_dtype = source.dataset(layout.indptr_key).dtype
         sinks[2].append(out_ptr.astype(ptr_dtype))

@@ -115,27 +115,38 @@ def read_rows(dset: h5py.Dataset, rows: Index, row_bytes: int, budget: int) -> A
     """Rows ``rows`` (any order) of ``dset`` through h5py, read as slices of whole blocks.
 
     A block is one chunk along axis 0 (or ``budget`` bytes of a contiguous dataset), so each
-    chunk is decoded once per call.
+    chunk is decoded once per call; neighbouring blocks that both hold wanted rows are read in
+    one slice (up to ``budget`` bytes): one h5py call for a run of one-row chunks, not one each.
     """
     n = dset.shape[0]
     block = int(dset.chunks[0]) if dset.chunks else max(1, min(n, budget // max(row_bytes, 1)))
     perm = np.argsort(rows, kind="stable")
     sorted_rows = rows[perm]
-    first = None
     out: Any = None
     bounds = np.searchsorted(sorted_rows, np.arange(0, n + block, block))
-    for b in np.flatnonzero(np.diff(bounds)):
-        lo_i, hi_i = int(bounds[b]), int(bounds[b + 1])
-        base = int(b) * block
-        slab = dset[base : min(base + block, n)]
+    per_slab = max(1, budget // max(1, block * row_bytes))
+    for first, last in _runs(np.flatnonzero(np.diff(bounds)), per_slab):
+        lo_i, hi_i = int(bounds[first]), int(bounds[last + 1])
+        base = first * block
+        slab = dset[base : min((last + 1) * block, n)]
         part = slab[sorted_rows[lo_i:hi_i] - base]
-        if first is None:
-            first = part
+        if out is None:
             out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
         out[perm[lo_i:hi_i]] = part
     if out is None:
         return dset[0:0]
     return out
+
+
+def _runs(blocks: Index, most: int) -> list[tuple[int, int]]:
+    """Runs ``(first, last)`` of consecutive block numbers, at most ``most`` blocks each."""
+    cuts = np.flatnonzero(np.diff(blocks) != 1) + 1
+    found = []
+    for piece in np.split(blocks, cuts):
+        for a in range(0, len(piece), most):
+            chunk = piece[a : a + most]
+            found.append((int(chunk[0]), int(chunk[-1])))
+    return found
 
 
 def _compare(want: Any, got: Any, path: str, out_rows: Any, in_rows: Any) -> None:

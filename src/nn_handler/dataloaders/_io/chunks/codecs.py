@@ -19,6 +19,7 @@ chunk of memory. Only ``UnsupportedChunkError`` (a variant we do not decode) fal
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -42,8 +43,10 @@ from .decoders import (
     Step,
     UnsupportedChunkError,
     inflate_head,
+    inflate_many,
     scratch,
     strip_checksum,
+    unshuffle_rows,
 )
 from .plugins import PLUGINS
 from .plugins import decodable as _plugin_decodable
@@ -65,6 +68,9 @@ __all__ = [
 ]
 
 _CHECKSUM = 4
+_BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs for all at once
+# above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
+_BATCHED_MAX_BYTES = 2 * 1024
 _SIZE_KEEPING = frozenset({SHUFFLE, FLETCHER32})  # steps whose output size is fixed by the chunk
 _KNOWN = (DEFLATE, SHUFFLE, FLETCHER32, BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2)
 _UNDO = {**BUILTIN, **PLUGINS}  # every step but Fletcher-32 (``strip_checksum``)
@@ -122,6 +128,39 @@ class ChunkPipeline:
             )
         if not in_out:  # no filter left to write into ``out`` (masks, checksum last)
             out[:] = current
+
+    def decode_many(
+        self, raw: Buffer, spans: Sequence[tuple[int, int]], masks: Sequence[int], out: Buffer
+    ) -> None:
+        """Decode the chunks ``raw[o:o + n]`` of ``spans`` into the rows of ``out``.
+
+        ``out`` is uint8 of shape ``(len(spans), chunk_nbytes)``. Chunks of at most 2 KiB in
+        plain deflate (after a byte shuffle or not), no filter skipped: all at once
+        (``inflate_many``, ``unshuffle_rows``), with the same checks as ``decode_into``;
+        otherwise one ``decode_into`` per chunk.
+
+        Raises:
+            ChunkDecodeError: as ``decode_into``, for any of the chunks (decode them one at a
+                time to learn which).
+        """
+        if out.shape != (len(spans), self.chunk_nbytes):
+            raise ValueError(
+                f"out has shape {out.shape}, expected {(len(spans), self.chunk_nbytes)}"
+            )
+        codes = tuple(step.code for step in self.steps)
+        if any(masks) or codes not in _BATCHED or self.chunk_nbytes > _BATCHED_MAX_BYTES:
+            for k, (start, size) in enumerate(spans):
+                self.decode_into(raw[start : start + size], masks[k], out[k])
+            return
+        if codes == (DEFLATE,):
+            inflate_many(raw, spans, out)
+            return
+        shuffled = scratch(out.size, 0)[: out.size].reshape(out.shape)
+        inflate_many(raw, spans, shuffled)
+        shuffle = self.steps[0]
+        unshuffle_rows(
+            shuffled, out, int(shuffle.values[0]) if shuffle.values else shuffle.itemsize
+        )
 
     def decode(self, raw: Any, filter_mask: int = 0) -> np.ndarray[Any, Any]:
         """Return one chunk (bytes-like ``raw``) as a new array of ``chunk_shape``.

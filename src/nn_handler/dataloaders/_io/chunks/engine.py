@@ -39,6 +39,7 @@ from .window import Claim, Window
 
 __all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
 
+_RUN_BLOCK_BYTES = 64 * 1024  # blocks this small are read in runs by sequential reads
 _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
 
 _Task = tuple[int, np.ndarray[Any, Any]]  # (block, destination of block_rows rows)
@@ -200,13 +201,27 @@ class ChunkEngine:
         rows = self.geometry.block_rows
         first, last = -(-start // rows), stop // rows  # blocks wholly inside [start, stop)
         whole = range(first, last) if first < last else range(0)
-        self._fill(dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole])
+        if self._in_runs(len(whole)):
+            assert isinstance(self.source, TableChunks)
+            self.source.fill_run(dset, first, out[first * rows - start : last * rows - start])
+        else:
+            self._fill(dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole])
         spans = [(start, stop)] if not whole else [(start, first * rows), (last * rows, stop)]
         edge = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
         if edge.size:
             part = np.empty((edge.size, *self.geometry.row_shape), self.geometry.dtype)
             out[edge - start] = self.read(dset, edge, part)
         return out
+
+    def _in_runs(self, blocks: int) -> bool:
+        """True when a sequential read of ``blocks`` whole blocks goes through ``fill_run``.
+
+        Small chunks of a local file: a task, a read and a pipeline walk per chunk would cost
+        more than decoding one (large chunks read best one per task, reads in parallel).
+        """
+        source = self.source
+        small = self.block_nbytes <= _RUN_BLOCK_BYTES
+        return blocks > 1 and small and isinstance(source, TableChunks) and not source.batches_reads
 
     def _read_group(
         self,

@@ -127,6 +127,23 @@ class ChunkTable:
         self._read([(int(self.offsets[b]), int(self.sizes[b])) for b in blocks], buffers, blocks)
         return [int(self.masks[b]) for b in blocks]
 
+    def read_span(self, start: int, stop: int, blocks: Sequence[int]) -> np.ndarray[Any, Any]:
+        """Bytes ``[start, stop)`` of the file: a run of chunks ``blocks`` and what lies between.
+
+        One read for many small chunks stored side by side (``TableChunks.fill_run``); the
+        range must lie within the chunks of the table (it is checked against the file as
+        ``read`` is).
+
+        Raises:
+            ValueError: the range is not within the table's chunks.
+            ChunkTableError: the file is shorter than the table says (it changed).
+        """
+        if not 0 <= start <= stop <= self._end:
+            raise ValueError(f"bytes [{start}, {stop}) are outside the chunks of {self.key!r}")
+        out = np.empty(stop - start, dtype=np.uint8)
+        self._read([(start, stop - start)], [out], blocks)
+        return out
+
     def _read(
         self,
         ranges: list[tuple[int, int]],
