@@ -14,6 +14,8 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -31,6 +33,45 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def torchrun() -> list[str]:
+    """The ``torchrun`` command of this interpreter's environment."""
+    script = Path(sys.executable).with_name("torchrun")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def run_nodes(
+    script: Path, per_node: Callable[[int], list[str]], cwd: Path, *, timeout: float = 240
+) -> tuple[list[str], int]:
+    """Run ``script`` under ``torchrun --nnodes 2``, one process per "node", on this host.
+
+    ``per_node(node)`` gives the script's arguments on that node. Returns each node's output
+    (stdout and stderr) and the rendezvous port; fails unless both exit with 0.
+    """
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [
+                *torchrun(),
+                *("--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1"),
+                *("--master_addr", "127.0.0.1", "--master_port", str(port), str(script)),
+                *per_node(node),
+            ],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for node in range(2)
+    ]
+    try:
+        outputs = [node.communicate(timeout=timeout)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()  # a no-op for one that ended
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    return outputs, port
 
 
 def run_ddp(

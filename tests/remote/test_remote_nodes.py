@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from helpers.ddp import free_port, run_ddp
+from helpers.ddp import run_ddp, run_nodes
 from helpers.remote_ranks import two_nodes_rank
 
 N, WIDTH, CHUNK, BATCH = 4000, 64, 50, 100  # chunks of 12.8 KB: many requests
@@ -69,41 +69,21 @@ def test_two_nodes_each_fetch_every_piece_once(http, tmp_path):
     assert sorted(p.name for p in caches.iterdir()) == ["node0", "node1"]
 
 
-def _torchrun() -> list[str]:
-    script = Path(sys.executable).with_name("torchrun")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
 @pytest.mark.timeout(300)
 def test_the_ddp_example_trains_two_nodes_from_a_url(http, tmp_path):
     """``examples/ddp_train.py --data URL --cache-dir DIR``, once per "node" (torchrun)."""
     data = http.root / "blobs.h5"
     make = [sys.executable, str(EXAMPLE), "--make-data", str(data), "--samples", "2000"]
     subprocess.run(make, check=True, timeout=120)
-    port = free_port()
-    nodes = [
-        subprocess.Popen(
-            [
-                *_torchrun(),
-                *("--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1"),
-                *("--master_addr", "127.0.0.1", "--master_port", str(port), str(EXAMPLE)),
-                *("--data", http.url("blobs.h5"), "--epochs", "2", "--workers", "0"),
-                *("--cache-dir", str(tmp_path / f"node{node}")),
-                *("--storage-option", f'headers={{"X-Client": "node{node}"}}'),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for node in range(2)
-    ]
-    try:
-        outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()  # a no-op for one that ended
-    assert [node.returncode for node in nodes] == [0, 0], outputs
+    outputs, _ = run_nodes(
+        EXAMPLE,
+        lambda node: [
+            *("--data", http.url("blobs.h5"), "--epochs", "2", "--workers", "0"),
+            *("--cache-dir", str(tmp_path / f"node{node}")),
+            *("--storage-option", f'headers={{"X-Client": "node{node}"}}'),
+        ],
+        ROOT,
+    )
     found = re.search(r"rank 0 of 2: validation accuracy ([\d.]+)% on 400 samples", outputs[0])
     assert found, outputs
     assert float(found.group(1)) > 60  # chance is 25%

@@ -11,15 +11,10 @@ import pytest
 
 from nn_handler import NNHandler
 
-from helpers.ddp import free_port
+from helpers.ddp import run_nodes, torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ddp_train.py"
-
-
-def _torchrun() -> list[str]:
-    script = Path(sys.executable).with_name("torchrun")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
 @pytest.mark.slow
@@ -27,7 +22,7 @@ def test_ddp_example_under_torchrun(tmp_path):
     checkpoint, data = tmp_path / "ddp.pt", tmp_path / "blobs.h5"
     make = [sys.executable, str(EXAMPLE), "--make-data", str(data), "--samples", "2000"]
     subprocess.run(make, check=True, timeout=120)
-    command = [*_torchrun(), "--standalone", "--nproc_per_node", "2", str(EXAMPLE)]
+    command = [*torchrun(), "--standalone", "--nproc_per_node", "2", str(EXAMPLE)]
     command += ["--data", str(data), "--epochs", "2", "--checkpoint", str(checkpoint)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr
@@ -58,24 +53,7 @@ def test_ddp_example_on_two_nodes_writes_a_copy_per_node():
     Both "nodes" run on this host and share /tmp, as two containers on one machine might: their
     copies must not collide, and each is removed at the end.
     """
-    port = free_port()
-    nodes = [
-        subprocess.Popen(
-            [
-                *_torchrun(),
-                *("--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1"),
-                *("--master_addr", "127.0.0.1", "--master_port", str(port), str(EXAMPLE)),
-                *("--samples", "1000", "--epochs", "1"),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for node in range(2)
-    ]
-    outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs
+    outputs, port = run_nodes(EXAMPLE, lambda node: ["--samples", "1000", "--epochs", "1"], ROOT)
     found = re.search(r"rank 0 of 2: validation accuracy [\d.]+% on 200 samples", outputs[0])
     assert found, outputs
     assert not list(Path(tempfile.gettempdir()).glob(f"nn_handler_ddp_*_{port}_node*"))
