@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import gc
 import multiprocessing as mp
 import pickle
 import threading
@@ -16,7 +17,7 @@ import torch
 
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, H5SampleDataset
 from nn_handler.dataloaders._io.chunks import pool as threads
-from nn_handler.dataloaders._io.process import PerProcess, process_generation
+from nn_handler.dataloaders._io.process import PerProcess, collection_paused, process_generation
 
 from helpers.files import h5_rows, images
 from helpers.process import as_if_forked
@@ -194,3 +195,39 @@ def test_only_the_process_module_guards_against_fork():
             if isinstance(node, ast.Compare) and "getpid" in ast.unparse(node):
                 offenders.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
     assert [o for o in offenders if o.split(":")[0] not in allowed] == []
+
+
+def test_collection_paused_nests_across_threads_and_restores_the_switch():
+    assert gc.isenabled()
+    inside, release = threading.Event(), threading.Event()
+
+    def other():
+        with collection_paused():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    with collection_paused():
+        assert not gc.isenabled()
+        thread.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # the other thread still waits
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # off before: stays off after
+        with collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_forked_child_collects_again(monkeypatch):
+    with collection_paused():
+        as_if_forked()  # the parent's waiting thread does not exist in the child
+        assert gc.isenabled()
+        with collection_paused():  # and the child's own pauses work
+            assert not gc.isenabled()
+        assert gc.isenabled()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import pickle
 import time
@@ -199,3 +200,22 @@ def test_a_range_past_the_end_is_refused(served):
     source = RemoteFile(served.url("f.bin"))
     with pytest.raises(FileChangedError, match="bytes up to"):
         _read(source, [(len(DATA) - 5, 10)])
+
+
+def test_requests_run_with_automatic_collection_paused(served, monkeypatch):
+    """h5py holds its lock while it reads through us; a collection on the event loop's thread
+    freeing an h5py object would wait for that lock while we wait for the loop (a deadlock
+    until the time bound): no automatic collection may start while a read waits."""
+    seen: list[bool] = []
+    get = RemoteFile._get
+
+    async def recording(self, fetcher, start, end):
+        seen.append(gc.isenabled())  # on the event loop's thread
+        return await get(self, fetcher, start, end)
+
+    monkeypatch.setattr(RemoteFile, "_get", recording)
+    source = RemoteFile(served.url("f.bin"))
+    assert gc.isenabled()
+    assert _read(source, [(0, 10), (5000, 100)])[1] == DATA[5000:5100]
+    assert seen and not any(seen)
+    assert gc.isenabled()  # on again after

@@ -17,17 +17,22 @@ its holder can release it (close a handle, drop a map) without using it for read
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["PerProcess", "process_generation"]
+__all__ = ["PerProcess", "collection_paused", "process_generation"]
 
 T = TypeVar("T")
 
 _generation = 0
 _make_lock = threading.Lock()
+_paused_lock = threading.Lock()
+_paused = 0  # threads now inside collection_paused()
+_was_enabled = False
 
 
 def process_generation() -> int:
@@ -35,11 +40,44 @@ def process_generation() -> int:
     return _generation
 
 
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """No automatic garbage collection while the calling thread waits for another thread.
+
+    h5py reads a remote file through a Python file object while the calling thread holds
+    h5py's global lock, and the object's reads wait for fsspec's event-loop thread. A
+    collection that runs on that thread meanwhile and frees a cyclic h5py object needs h5py's
+    lock to free it: the loop stops, and the read waits until its time bound fails it (seen as
+    "did not answer within 30s" at a dataset's construction, in about one full test run in
+    three). Collection is one switch for all threads: it is off until the last thread inside
+    is back, and on again after if it was on before.
+    """
+    global _paused, _was_enabled
+    with _paused_lock:
+        if _paused == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _paused += 1
+        born = _generation
+    try:
+        yield
+    finally:
+        with _paused_lock:
+            if born == _generation:  # a forked child left it: its count starts afresh
+                _paused -= 1
+                if _paused == 0 and _was_enabled:
+                    gc.enable()
+
+
 def _after_fork_in_child() -> None:
-    global _generation, _make_lock
+    global _generation, _make_lock, _paused, _paused_lock
     _generation += 1
-    # a thread of the parent may have held it at fork time; that thread does not exist here
+    # a thread of the parent may have held them at fork time; it does not exist here
     _make_lock = threading.Lock()
+    _paused_lock = threading.Lock()
+    if _paused and _was_enabled:  # nobody here would switch collection back on
+        gc.enable()
+    _paused = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

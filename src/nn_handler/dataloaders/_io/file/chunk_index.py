@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 from h5py._objects import phil
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, DataFileError
 
 __all__ = [
     "ChunkIndex",
@@ -114,6 +114,8 @@ def read_chunk_index(dset: h5py.Dataset, where: str, file_size: int | None = Non
 
     try:
         visit_chunks(dset, record)
+    except DataFileError:
+        raise  # the store failed or the object changed under the walk: not a damaged file
     except (RuntimeError, OSError, KeyError, ValueError) as exc:
         raise CorruptFileError(
             f"{where}: its chunk index cannot be read ({exc}); the file is damaged", None

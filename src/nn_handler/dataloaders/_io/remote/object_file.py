@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import FileChangedError, RemoteAccessError, RemoteReadError
 from ..file.byte_source import Buffer
 from ..file.identity import ObjectVersion
-from ..process import PerProcess
+from ..process import PerProcess, collection_paused
 from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
 from .generic import Fetcher
 from .ranges import Request, plan_requests
@@ -213,7 +213,8 @@ class RemoteFile:
         fs = getattr(self.fetcher(), "fs", None)
         loop = getattr(fs, "loop", None) or get_loop()
         try:
-            return sync(loop, lambda: coro, timeout=self.policy.total_s + self.policy.attempt_s)
+            with collection_paused():
+                return sync(loop, lambda: coro, timeout=self.policy.total_s + self.policy.attempt_s)
         except TimeoutError as exc:  # fsspec's FSTimeoutError: the bound itself ran out
             raise RemoteReadError(
                 f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
