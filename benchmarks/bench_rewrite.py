@@ -48,6 +48,7 @@ from nn_handler.dataloaders import (
     H5SparseDataset,
     batched_loader,
 )
+from nn_handler.dataloaders._io.file.filters import filters_of
 from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.reader import RowReader
 from nn_handler.rewrite import rewrite_file
@@ -198,16 +199,14 @@ def repack_options(src: Path, like: Path) -> dict[str, list[str]]:
         a.visititems(lambda k, o: names.append(k) if isinstance(o, h5py.Dataset) else None)
         for k in (k for k in names if k in b and b[k].chunks and b[k].dtype.kind != "O"):
             opts = ["-l", f"/{k}:CHUNK={'x'.join(map(str, b[k].chunks))}"]
-            plist = b[k].id.get_create_plist()
-            for i in range(plist.get_nfilters()):
-                fid, _, values = plist.get_filter(i)[:3]
-                if fid == h5py.h5z.FILTER_SHUFFLE:
+            for step in filters_of(b[k]):
+                if step.code == h5py.h5z.FILTER_SHUFFLE:
                     opts += ["-f", f"/{k}:SHUF"]
-                elif fid == h5py.h5z.FILTER_DEFLATE:
-                    opts += ["-f", f"/{k}:GZIP={values[0]}"]
+                elif step.code == h5py.h5z.FILTER_DEFLATE:
+                    opts += ["-f", f"/{k}:GZIP={step.values[0]}"]
                 else:  # a plugin filter: id, flag 0 (mandatory), the values HDF5 stores
-                    cd = ",".join(map(str, values))
-                    opts += ["-f", f"/{k}:UD={fid},0,{len(values)},{cd}"]
+                    cd = ",".join(map(str, step.values))
+                    opts += ["-f", f"/{k}:UD={step.code},0,{len(step.values)},{cd}"]
             options[k] = opts
     return options
 
@@ -228,14 +227,10 @@ def h5repack(src: Path, dst: Path, like: Path) -> float | None:
     seconds = time.perf_counter() - start
     with h5py.File(dst) as a, h5py.File(like) as b:
         for k in options:
-            if (a[k].chunks, _filter_ids(a[k])) != (b[k].chunks, _filter_ids(b[k])):
+            theirs, ours = ((d.chunks, [f.code for f in filters_of(d)]) for d in (a[k], b[k]))
+            if theirs != ours:
                 raise AssertionError(f"h5repack wrote {k!r} unlike the rewrite")
     return seconds
-
-
-def _filter_ids(dset: h5py.Dataset) -> list[int]:
-    plist = dset.id.get_create_plist()
-    return [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
 
 
 def main() -> None:
