@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import pickle
+import random
 import time
 
 import numpy as np
@@ -219,3 +220,64 @@ def test_requests_run_with_automatic_collection_paused(served, monkeypatch):
     assert _read(source, [(0, 10), (5000, 100)])[1] == DATA[5000:5100]
     assert seen and not any(seen)
     assert gc.isenabled()  # on again after
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_read_leaves_no_request_running(http):
+    # One request is refused for good while the others are still being retried: the read
+    # fails at once, and the retries stop with it instead of running on in fsspec's thread.
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=RetryPolicy(total_s=3.0, attempt_s=1.0))
+    _read(source, [(0, 10)])
+    far_apart = [(k * 50_000, 10) for k in range(6)]  # six requests (gap is 32 KiB)
+    http.fail_next = [503] * 5 + [403] + [503] * 1000
+    with pytest.raises(RemoteAccessError, match=r"g\.bin"):
+        _read(source, far_apart)
+    sent = http.requests
+    time.sleep(1.0)  # longer than the retries' backoff
+    assert http.requests == sent
+
+
+def test_retries_leave_the_random_module_alone(http):
+    # The backoff's jitter is drawn on fsspec's thread: from the ``random`` module, it would
+    # move a user's seeded sequence (and hypothesis reports it as a flaky strategy).
+    (http.root / "g.bin").write_bytes(DATA)
+    source = RemoteFile(http.url("g.bin"), policy=FAST)
+    random.seed(5)
+    before, sent = random.getstate(), http.requests
+    http.fail_next = [503, 503, 503]
+    assert _read(source, [(7, 100)]) == [DATA[7:107]]
+    assert http.requests - sent == 4
+    assert random.getstate() == before
+
+
+@pytest.mark.timeout(60)
+def test_a_read_over_its_bound_fails_and_stops_its_requests(http):
+    # One request at a time, each slower than the whole read may take: the call's own bound
+    # ends it, and the requests still queued are not sent afterwards.
+    (http.root / "g.bin").write_bytes(DATA)
+    policy = RetryPolicy(total_s=0.6, attempt_s=0.4, concurrency=1)
+    source = RemoteFile(http.url("g.bin"), policy=policy)
+    _read(source, [(0, 10)])
+    http.latency_s = 0.3
+    with pytest.raises(RemoteReadError, match=r"g\.bin.*did not answer within 0\.6s"):
+        _read(source, [(k * 50_000, 10) for k in range(6)])
+    time.sleep(0.5)  # let a request cut off mid-reply reach the server's count
+    sent = http.requests
+    time.sleep(1.0)
+    assert http.requests == sent < 7
+
+
+def test_reading_from_fsspecs_loop_thread_is_refused(served):
+    import asyncio
+
+    from fsspec.asyn import get_loop
+
+    source = RemoteFile(served.url("f.bin"))
+    _read(source, [(0, 10)])
+
+    async def on_the_loop():
+        return _read(source, [(0, 10)])
+
+    with pytest.raises(RuntimeError, match="event loop thread"):
+        asyncio.run_coroutine_threadsafe(on_the_loop(), get_loop()).result(10)

@@ -25,6 +25,10 @@ __all__ = [
     "TransientError",
 ]
 
+# Our own generator: the retries run on fsspec's thread, and drawing from the ``random`` module
+# there would move the user's seeded sequence under them (not cryptography, only jitter).
+_jitter = random.Random()
+
 
 class RequestError(Exception):
     """One failed request: ``status`` (HTTP status or error code) and a description."""
@@ -85,4 +89,4 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based), with jitter."""
         base: float = min(self.max_backoff_s, self.first_backoff_s * 2 ** (attempt - 1))
-        return base * (0.5 + random.random() / 2)  # jitter, not cryptography
+        return base * (0.5 + _jitter.random() / 2)

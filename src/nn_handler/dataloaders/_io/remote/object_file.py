@@ -131,6 +131,7 @@ class RemoteFile:
     async def _fetch_all(self, plan: list[Request]) -> list[bytes]:
         limit = asyncio.Semaphore(self.policy.concurrency)
         fetcher = self.fetcher()
+        step = self.policy.max_request
 
         async def one(start: int, end: int) -> bytes:
             async with limit:
@@ -138,13 +139,24 @@ class RemoteFile:
                 data: bytes = await self._retry(lambda: self._get(fetcher, start, end), what)
                 return data
 
-        async def request(req: Request) -> bytes:
-            step = self.policy.max_request
-            parts = [(s, min(s + step, req.end)) for s in range(req.start, req.end, step)]
-            got = await asyncio.gather(*(one(s, e) for s, e in parts))
-            return got[0] if len(got) == 1 else b"".join(got)
-
-        return list(await asyncio.gather(*(request(r) for r in plan)))
+        # A task group, not gather: the first request that fails for good cancels the others,
+        # where gather would leave them retrying on fsspec's thread after the read has failed.
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    [
+                        group.create_task(one(s, min(s + step, r.end)))
+                        for s in range(r.start, r.end, step)
+                    ]
+                    for r in plan
+                ]
+        except BaseExceptionGroup as failed:
+            first = failed.exceptions[0]  # the failure that cancelled the rest, cause kept
+            raise first from first.__cause__
+        return [
+            b"".join(t.result() for t in parts) if len(parts) > 1 else parts[0].result()
+            for parts in tasks
+        ]
 
     async def _get(self, fetcher: Fetcher, start: int, end: int) -> bytes:
         self.requests += 1
@@ -207,21 +219,43 @@ class RemoteFile:
         return version.describe() if version is not None else "not yet recorded"
 
     def _run(self, coro: Any) -> Any:
-        """Run ``coro`` on fsspec's event loop thread and wait (bounded) for its result."""
-        from fsspec.asyn import get_loop, sync
+        """Run ``coro`` on fsspec's event loop thread and wait (bounded) for its result.
+
+        Whatever ends the wait (the result, the bound, an interrupt) ends the coroutine too:
+        no request outlives the call that sent it.
+        """
+        from fsspec.asyn import get_loop
 
         fs = getattr(self.fetcher(), "fs", None)
         loop = getattr(fs, "loop", None) or get_loop()
+        if _running_loop() is loop:
+            coro.close()
+            raise RuntimeError(
+                f"{self.name!r} was read from fsspec's event loop thread, where the read would "
+                "wait for itself: read it from another thread"
+            )
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             with collection_paused():
-                return sync(loop, lambda: coro, timeout=self.policy.total_s + self.policy.attempt_s)
-        except TimeoutError as exc:  # fsspec's FSTimeoutError: the bound itself ran out
+                return future.result(timeout=self.policy.total_s + self.policy.attempt_s)
+        except TimeoutError as exc:
+            if not future.cancel():  # it ended as the wait ran out: that ending stands
+                return future.result()
             raise RemoteReadError(
                 f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
             ) from exc
+        finally:
+            future.cancel()
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.name!r}, {self._version_text()})"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _check_buffers(
