@@ -8,6 +8,7 @@ import gc
 import multiprocessing as mp
 import pickle
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,12 @@ import torch
 
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, H5SampleDataset
 from nn_handler.dataloaders._io.chunks import pool as threads
-from nn_handler.dataloaders._io.process import PerProcess, collection_paused, process_generation
+from nn_handler.dataloaders._io.process import (
+    PerProcess,
+    collection_paused,
+    pause_collection_until_h5py_returns,
+    process_generation,
+)
 
 from helpers.files import h5_rows, images
 from helpers.process import as_if_forked
@@ -231,3 +237,40 @@ def test_a_forked_child_collects_again(monkeypatch):
         with collection_paused():  # and the child's own pauses work
             assert not gc.isenabled()
         assert gc.isenabled()
+
+
+def _collecting_again(seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not gc.isenabled() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return gc.isenabled()
+
+
+def test_a_pause_inside_an_h5py_call_lasts_until_h5py_lets_go():
+    from h5py._objects import phil
+
+    assert gc.isenabled()
+    pause_collection_until_h5py_returns()  # outside h5py: nothing to cover
+    assert gc.isenabled()
+    with phil:  # as inside an h5py call that reads through our file object
+        pause_collection_until_h5py_returns()
+        pause_collection_until_h5py_returns()  # the same call: one pause
+        time.sleep(0.2)
+        assert not gc.isenabled()  # between two reads of the call, too
+    assert _collecting_again()
+    with phil:  # the next call pauses again
+        pause_collection_until_h5py_returns()
+        assert not gc.isenabled()
+    assert _collecting_again()
+
+
+def test_a_forked_child_does_not_wait_for_the_parents_watcher():
+    from h5py._objects import phil
+
+    with phil:
+        pause_collection_until_h5py_returns()
+        as_if_forked()
+        assert gc.isenabled()
+        pause_collection_until_h5py_returns()  # the child's own watcher
+        assert not gc.isenabled()
+    assert _collecting_again()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
+import threading
 import time
 
 import h5py
@@ -19,6 +21,7 @@ from nn_handler.dataloaders import (
     H5SampleDataset,
     H5SparseDataset,
     RankMemCachedH5Dataset,
+    RemoteAccessError,
     RemoteReadError,
     batched_loader,
 )
@@ -254,3 +257,52 @@ def test_a_url_reads_runs_of_adjacent_chunks_with_fewer_requests(http):
     for _ in batched_loader(ds, 100, sampler=single):
         pass
     assert runs * 3 < http.requests - requests  # a request per run instead of per chunk
+
+
+class _Cycle:
+    """A reference cycle that holds an h5py object: only a collection frees it."""
+
+
+@pytest.mark.timeout(120)
+def test_construction_does_not_stall_while_another_thread_makes_h5py_garbage(
+    http, tmp_path, monkeypatch
+):
+    # h5py holds its lock across its reads of the file's metadata; a collection starting on
+    # the event loop's thread (or the server's) between two of them freed an h5py object
+    # there, waited for that lock, and the next read waited for the loop: "did not answer".
+    monkeypatch.setattr(object_file, "RetryPolicy", lambda: RetryPolicy(total_s=2, attempt_s=1))
+    _write(http.root / "f.h5", n=30_000)
+    with h5py.File(tmp_path / "local.h5", "w") as f:
+        f["z"] = np.arange(3)
+    local = h5py.File(tmp_path / "local.h5")
+    stop = threading.Event()
+
+    def make_garbage():
+        while not stop.is_set():
+            for _ in range(5):
+                cycle = _Cycle()
+                cycle.me, cycle.dset = cycle, local["z"]
+            time.sleep(0.001)
+
+    maker = threading.Thread(target=make_garbage)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50)  # collections often, on whichever thread allocates
+    maker.start()
+    try:
+        for _ in range(60):  # the old code stalled in about one construction in 20-40
+            H5LazyDataset(http.url("f.h5"), "x", "y").close()
+    finally:
+        stop.set()
+        maker.join(10)
+        gc.set_threshold(*thresholds)
+        local.close()
+
+
+def test_a_store_failing_while_h5py_opens_the_file_is_not_called_damaged(http):
+    _write(http.root / "f.h5")
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y")  # the object's version is known
+    state = pickle.dumps(ds)
+    ds.close()
+    http.fail_next = [403] * 50
+    with pytest.raises(RemoteAccessError, match=r"f\.h5.*refused access"):
+        pickle.loads(state)[0]  # a fresh copy opens the file again, through h5py

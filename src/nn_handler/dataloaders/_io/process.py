@@ -22,17 +22,25 @@ import gc
 import os
 import threading
 from collections.abc import Callable, Iterator
+from queue import SimpleQueue
 from typing import Any, Generic, TypeVar
 
-__all__ = ["PerProcess", "collection_paused", "process_generation"]
+__all__ = [
+    "PerProcess",
+    "collection_paused",
+    "pause_collection_until_h5py_returns",
+    "process_generation",
+]
 
 T = TypeVar("T")
 
 _generation = 0
 _make_lock = threading.Lock()
 _paused_lock = threading.Lock()
-_paused = 0  # threads now inside collection_paused()
+_paused = 0  # pauses now in force (threads inside collection_paused(), handed-over pauses)
 _was_enabled = False
+_handed: set[int] = set()  # threads whose pause the watcher ends when h5py's lock is free
+_watch: list[Any] = [None, -1]  # the watcher's queue and the process generation it runs in
 
 
 def process_generation() -> int:
@@ -52,21 +60,76 @@ def collection_paused() -> Iterator[None]:
     three). Collection is one switch for all threads: it is off until the last thread inside
     is back, and on again after if it was on before.
     """
-    global _paused, _was_enabled
     with _paused_lock:
-        if _paused == 0:
-            _was_enabled = gc.isenabled()
-            gc.disable()
-        _paused += 1
+        _pause()
         born = _generation
     try:
         yield
     finally:
         with _paused_lock:
             if born == _generation:  # a forked child left it: its count starts afresh
-                _paused -= 1
-                if _paused == 0 and _was_enabled:
-                    gc.enable()
+                _resume()
+
+
+def pause_collection_until_h5py_returns() -> None:
+    """Keep automatic collection off until this thread lets go of h5py's lock.
+
+    For a file object h5py reads through (``remote.file_object``): h5py calls its reads one
+    after another with its lock held throughout, and a collection that starts on the event
+    loop's thread *between* two of them (``collection_paused`` covers only the waits) frees a
+    cyclic h5py object there, waits for that lock, and the next read waits for the loop: a
+    stall until the read's time bound (reproduced with a thread making cyclic h5py garbage).
+    The pause is handed to a watcher thread that ends it once h5py's lock is free. Does nothing
+    when this thread does not hold h5py's lock, or already paused for the call it is in.
+    """
+    from h5py._objects import phil
+
+    if not phil._is_owned():
+        return
+    me = threading.get_ident()
+    with _paused_lock:
+        if me in _handed:
+            return
+        _handed.add(me)
+        _pause()
+        if _watch[0] is None or _watch[1] != _generation:
+            queue: SimpleQueue[tuple[int, int]] = SimpleQueue()
+            threading.Thread(
+                target=_resume_when_h5py_unlocks, args=(queue,), name="nn_handler-gc", daemon=True
+            ).start()
+            _watch[:] = [queue, _generation]
+        queue = _watch[0]
+    queue.put((me, _generation))
+
+
+def _resume_when_h5py_unlocks(queue: SimpleQueue[tuple[int, int]]) -> None:
+    from h5py._objects import phil
+
+    while True:
+        thread, born = queue.get()
+        phil.acquire()  # free only once the thread that paused is out of its h5py call
+        phil.release()
+        with _paused_lock:
+            if born == _generation:
+                _handed.discard(thread)
+                _resume()
+
+
+def _pause() -> None:
+    """Count one more pause (``_paused_lock`` held); the first switches collection off."""
+    global _paused, _was_enabled
+    if _paused == 0:
+        _was_enabled = gc.isenabled()
+        gc.disable()
+    _paused += 1
+
+
+def _resume() -> None:
+    """Count one pause less (``_paused_lock`` held); the last switches collection back on."""
+    global _paused
+    _paused -= 1
+    if _paused == 0 and _was_enabled:
+        gc.enable()
 
 
 def _after_fork_in_child() -> None:
@@ -78,6 +141,8 @@ def _after_fork_in_child() -> None:
     if _paused and _was_enabled:  # nobody here would switch collection back on
         gc.enable()
     _paused = 0
+    _handed.clear()
+    _watch[:] = [None, -1]  # the watcher thread stayed in the parent
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DataFileError
 from ..file.byte_source import ByteSource
+from ..process import pause_collection_until_h5py_returns
 from .btree import btree_children
 
 __all__ = ["SourceFile"]
@@ -44,6 +46,8 @@ class SourceFile(io.RawIOBase):
         self._pos = 0
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._lock = threading.Lock()
+        #: the store's failure that ended a read (h5py reports it as damaged metadata)
+        self.failure: DataFileError | None = None
 
     def readable(self) -> bool:
         return True
@@ -62,17 +66,22 @@ class SourceFile(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
+        pause_collection_until_h5py_returns()  # see there: a stall between h5py's reads
         view = memoryview(buffer).cast("B")
         pos = self._pos
         end = min(pos + view.nbytes, self._size)
         if end <= pos:
             return 0
-        if end - pos >= 4 * self.block:  # a large read (a slab of data): straight through
-            self.source.read_ranges([(pos, end - pos)], [view[: end - pos]])
-        else:
-            with self._lock:
-                self._copy_blocks(pos, end, view)
-                self._fetch_children(bytes(view[: end - pos]))
+        try:
+            if end - pos >= 4 * self.block:  # a large read (a slab of data): straight through
+                self.source.read_ranges([(pos, end - pos)], [view[: end - pos]])
+            else:
+                with self._lock:
+                    self._copy_blocks(pos, end, view)
+                    self._fetch_children(bytes(view[: end - pos]))
+        except DataFileError as exc:
+            self.failure = exc
+            raise
         self._pos = end
         return end - pos
 
