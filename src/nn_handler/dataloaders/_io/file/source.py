@@ -367,8 +367,7 @@ class H5Source:
             handle = h5py.File(target, "r", **kwargs)
         except OSError as exc:
             if isinstance(target, SourceFile) and target.failure is not None:
-                failure = target.failure  # the store failed: not a damaged file
-                raise failure from failure.__cause__
+                target.raise_failure()  # the store failed: not a damaged file
             if not (opts.swmr and self.is_path and is_writer_flag_error(exc)):
                 raise explain_open_error(self.path, exc) from exc
             handle = self._open_swmr(target, kwargs)

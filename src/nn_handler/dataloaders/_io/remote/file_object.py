@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -84,6 +84,19 @@ class SourceFile(io.RawIOBase):
             raise
         self._pos = end
         return end - pos
+
+    def raise_failure(self) -> NoReturn:
+        """Raise (once) the store's failure that ended a read; call it when h5py then failed."""
+        failure, self.failure = self.failure, None
+        if failure is None:
+            raise RuntimeError(f"no read of {self.name!r} failed")
+        try:
+            raise failure from failure.__cause__
+        finally:
+            # neither this frame nor the file object may keep the error: each would be a
+            # reference cycle through h5py's file-access list, which h5py 3.10 frees after
+            # the interpreter when it is still alive at exit (a crash in HDF5's atexit)
+            del failure
 
     def _fetch_children(self, node: bytes) -> None:
         """Fetch the children of a chunk-index B-tree node just read, together (``btree.py``)."""

@@ -234,18 +234,18 @@ class RemoteFile:
                 f"{self.name!r} was read from fsspec's event loop thread, where the read would "
                 "wait for itself: read it from another thread"
             )
-        future = asyncio.run_coroutine_threadsafe(coro, loop)
-        try:
-            with collection_paused():
+        with collection_paused():  # before the coroutine can start on the loop's thread
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            try:
                 return future.result(timeout=self.policy.total_s + self.policy.attempt_s)
-        except TimeoutError as exc:
-            if not future.cancel():  # it ended as the wait ran out: that ending stands
-                return future.result()
-            raise RemoteReadError(
-                f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
-            ) from exc
-        finally:
-            future.cancel()
+            except TimeoutError as exc:
+                if not future.cancel():  # it ended as the wait ran out: that ending stands
+                    return future.result()
+                raise RemoteReadError(
+                    f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
+                ) from exc
+            finally:
+                future.cancel()
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.name!r}, {self._version_text()})"
