@@ -31,6 +31,9 @@ def s3() -> Iterator[dict[str, Any]]:
         yield options
 
 
+GRACE_S = RetryPolicy().total_s + RetryPolicy().attempt_s  # the bound of one read
+
+
 @pytest.fixture(autouse=True)
 def no_request_outlives_its_test() -> Iterator[None]:
     """Fail a test that leaves requests running on fsspec's event loop thread.
@@ -45,9 +48,6 @@ def no_request_outlives_its_test() -> Iterator[None]:
     while (left := requests_in_flight()) and time.monotonic() - began < GRACE_S:
         time.sleep(0.05)
     assert not left, f"{len(left)} requests still running on fsspec's loop: {left[:3]}"
-
-
-GRACE_S = RetryPolicy().total_s + RetryPolicy().attempt_s
 
 
 def requests_in_flight() -> list[str]:

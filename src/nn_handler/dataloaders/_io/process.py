@@ -39,8 +39,6 @@ _make_lock = threading.Lock()
 _paused_lock = threading.Lock()
 _paused = 0  # pauses now in force (threads inside collection_paused(), handed-over pauses)
 _was_enabled = False
-_handed: set[int] = set()  # threads whose pause the watcher ends when h5py's lock is free
-_watch: list[Any] = [None, -1]  # the watcher's queue and the process generation it runs in
 
 
 def process_generation() -> int:
@@ -79,8 +77,9 @@ def pause_collection_until_h5py_returns() -> None:
     loop's thread *between* two of them (``collection_paused`` covers only the waits) frees a
     cyclic h5py object there, waits for that lock, and the next read waits for the loop: a
     stall until the read's time bound (reproduced with a thread making cyclic h5py garbage).
-    The pause is handed to a watcher thread that ends it once h5py's lock is free. Does nothing
-    when this thread does not hold h5py's lock, or already paused for the call it is in.
+    The pause is handed to this process's watcher thread, which ends it once h5py's lock is
+    free. Does nothing when this thread does not hold h5py's lock, or already paused for the
+    call it is in.
     """
     from h5py._objects import phil
 
@@ -88,31 +87,34 @@ def pause_collection_until_h5py_returns() -> None:
         return
     me = threading.get_ident()
     with _paused_lock:
-        if me in _handed:
+        watcher = _watcher.get()
+        if me in watcher.handed:
             return
-        _handed.add(me)
+        watcher.handed.add(me)
         _pause()
-        if _watch[0] is None or _watch[1] != _generation:
-            queue: SimpleQueue[tuple[int, int]] = SimpleQueue()
-            threading.Thread(
-                target=_resume_when_h5py_unlocks, args=(queue,), name="nn_handler-gc", daemon=True
-            ).start()
-            _watch[:] = [queue, _generation]
-        queue = _watch[0]
-    queue.put((me, _generation))
+    watcher.queue.put(me)
 
 
-def _resume_when_h5py_unlocks(queue: SimpleQueue[tuple[int, int]]) -> None:
-    from h5py._objects import phil
+class _Watcher:
+    """Ends the pauses handed over by threads inside h5py calls, once h5py's lock is free."""
 
-    while True:
-        thread, born = queue.get()
-        phil.acquire()  # free only once the thread that paused is out of its h5py call
-        phil.release()
-        with _paused_lock:
-            if born == _generation:
-                _handed.discard(thread)
-                _resume()
+    def __init__(self) -> None:
+        self.queue: SimpleQueue[int] = SimpleQueue()
+        self.handed: set[int] = set()  # threads whose pause is not over yet
+        self.generation = _generation
+        threading.Thread(target=self._run, name="nn_handler-gc", daemon=True).start()
+
+    def _run(self) -> None:
+        from h5py._objects import phil
+
+        while True:
+            thread = self.queue.get()
+            phil.acquire()  # free only once the thread that paused is out of its h5py call
+            phil.release()
+            with _paused_lock:
+                if self.generation == _generation:  # a forked child counts afresh
+                    self.handed.discard(thread)
+                    _resume()
 
 
 def _pause() -> None:
@@ -141,8 +143,6 @@ def _after_fork_in_child() -> None:
     if _paused and _was_enabled:  # nobody here would switch collection back on
         gc.enable()
     _paused = 0
-    _handed.clear()
-    _watch[:] = [None, -1]  # the watcher thread stayed in the parent
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -219,3 +219,6 @@ class PerProcess(Generic[T]):
         else:
             status = "empty"
         return f"PerProcess({status})"
+
+
+_watcher: PerProcess[_Watcher] = PerProcess(_Watcher)  # the thread stays in its own process

@@ -366,8 +366,8 @@ class H5Source:
             # mode HDF5 would retry a bad checksum for minutes and accept a truncated file
             handle = h5py.File(target, "r", **kwargs)
         except OSError as exc:
-            if isinstance(target, SourceFile) and target.failure is not None:
-                target.raise_failure()  # the store failed: not a damaged file
+            if isinstance(target, SourceFile):
+                target.raise_failure()  # a store that failed is not a damaged file
             if not (opts.swmr and self.is_path and is_writer_flag_error(exc)):
                 raise explain_open_error(self.path, exc) from exc
             handle = self._open_swmr(target, kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -85,11 +85,15 @@ class SourceFile(io.RawIOBase):
         self._pos = end
         return end - pos
 
-    def raise_failure(self) -> NoReturn:
-        """Raise (once) the store's failure that ended a read; call it when h5py then failed."""
+    def raise_failure(self) -> None:
+        """Raise (once) the store's failure that ended a read, if one did.
+
+        For the caller of an h5py call that failed: h5py reports such a failure as damaged
+        metadata.
+        """
         failure, self.failure = self.failure, None
         if failure is None:
-            raise RuntimeError(f"no read of {self.name!r} failed")
+            return
         try:
             raise failure from failure.__cause__
         finally:
