@@ -87,11 +87,14 @@ def pause_collection_until_h5py_returns() -> None:
         return
     me = threading.get_ident()
     with _paused_lock:
-        watcher = _watcher.get()
-        if me in watcher.handed:
+        watcher = _watcher.peek()
+        if watcher is not None and me in watcher.handed:
             return
-        watcher.handed.add(me)
+        # paused before the first watcher starts: a collection inside the starting thread
+        # would wait for h5py's lock while this thread waits for it to start
         _pause()
+        watcher = _watcher.get()
+        watcher.handed.add(me)
     watcher.queue.put(me)
 
 
