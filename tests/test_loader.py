@@ -94,3 +94,18 @@ def test_errors(ds):
         batched_loader(ds, 2, collate_fn=list)
     with pytest.raises(ValueError, match="shuffle=True and a sampler are exclusive"):
         batched_loader(ds, 2, shuffle=True, sampler=SequentialSampler(ds))
+
+
+def test_num_workers_auto_is_one_process_per_core_and_batch(ds, monkeypatch, caplog):
+    from nn_handler.dataloaders import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "usable_cores", lambda: 2)
+    with caplog.at_level("INFO", logger="nn_handler.dataloaders.loader"):
+        loader = batched_loader(ds, 5, num_workers="auto")  # 23 rows: 5 batches
+    assert loader.num_workers == 2 and "num_workers='auto' starts 2 worker processes" in caplog.text
+    assert batched_loader(ds, 12, num_workers="auto").num_workers == 2  # 2 batches
+    monkeypatch.setattr(loader_module, "usable_cores", lambda: 1)
+    assert batched_loader(ds, 5, num_workers="auto").num_workers == 1
+    assert batched_loader(ds, 23, num_workers="auto").num_workers == 0  # one batch: no workers
+    with pytest.raises(TypeError, match="num_workers"):
+        batched_loader(ds, 5, num_workers="many")

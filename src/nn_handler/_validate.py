@@ -37,6 +37,7 @@ __all__ = [
     "format_names",
     "max_parallel",
     "numpy_dtype",
+    "usable_cores",
 ]
 
 _MAX_LISTED = 20
@@ -184,6 +185,13 @@ def check_parallel(name: str, value: Any, *, minimum: int) -> int:
             f"{_PARALLEL_FLOOR}): more would only queue for the same cores"
         )
     return result
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - macOS / Windows
 
 
 def check_loader_options(options: Mapping[str, Any]) -> None:

@@ -6,6 +6,7 @@ import torch
 
 from nn_handler._validate import format_bytes
 from nn_handler.dataloaders._rank_cache import memory as _memory
+from nn_handler.dataloaders._samples import pinned as _pinned
 
 MiB = 1024**2
 GiB = 1024**3
@@ -114,7 +115,7 @@ def test_allocate_private():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 def test_pin_without_cuda_logs_once_and_continues(monkeypatch):
-    monkeypatch.setattr(_memory, "_LOGGED", set())
+    monkeypatch.setattr(_pinned, "_LOGGED", set())
     lines: list[str] = []
     t = _memory.allocate((3, 2), np.dtype(np.float32), shared=True)
     assert _memory.pin_in_place(t, lines.append) is False
@@ -124,7 +125,7 @@ def test_pin_without_cuda_logs_once_and_continues(monkeypatch):
 
 
 def test_log_once(monkeypatch):
-    monkeypatch.setattr(_memory, "_LOGGED", set())
+    monkeypatch.setattr(_pinned, "_LOGGED", set())
     lines: list[str] = []
     for _ in range(3):
         _memory.log_once("a", lines.append)

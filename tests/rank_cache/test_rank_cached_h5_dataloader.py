@@ -11,6 +11,7 @@ from nn_handler import World
 from nn_handler.dataloaders import batched_loader
 from nn_handler.dataloaders._rank_cache import memory as _memory
 from nn_handler.dataloaders._rank_cache import shard_cache as _shard_cache
+from nn_handler.dataloaders._samples import pinned as _pinned
 from nn_handler.dataloaders.rank_cached_h5_dataloader import (
     EpochShuffleSampler,
     RankMemCachedH5Dataset,
@@ -374,7 +375,7 @@ def test_log_line_and_progress_bar(make_h5, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 def test_pin_without_cuda_logs_once(path, monkeypatch):
-    monkeypatch.setattr(_memory, "_LOGGED", set())
+    monkeypatch.setattr(_pinned, "_LOGGED", set())
     lines = []
     first = build(path, "x", log_fn=lines.append, share_memory=True)
     second = build(path, "x", log_fn=lines.append)

@@ -30,7 +30,13 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from .._validate import check_choice, check_count, check_loader_options, check_non_negative_int
+from .._validate import (
+    check_choice,
+    check_count,
+    check_loader_options,
+    check_non_negative_int,
+    usable_cores,
+)
 from . import _sharding
 from ._io.rows.plan import WindowPlan
 from ._loader.readahead import ReadaheadSampler
@@ -47,7 +53,8 @@ from ._protocols import (
     set_epoch_once,
     splits_across_ranks,
 )
-from ._samples.shared_memory import share_batch
+from ._samples.batch_ring import RING_SLOTS, pack_batch, set_ring_slots
+from ._samples.shared_memory import in_worker_process
 from .samplers import EpochShuffleSampler
 
 __all__ = ["BatchedDataset", "EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
@@ -69,21 +76,29 @@ class BatchedDataset(Dataset[Any]):
     attributes are looked up on the dataset, so ``loader.dataset.close()`` and the like keep
     working.
 
+    In a DataLoader worker process each batch is read into a slot of the worker's batch ring
+    and crosses to the main process as a slot number (see ``ring_slots``).
+
     Args:
         dataset: A dataset whose ``__getitem__`` accepts a list of indices and returns the
             stacked batch (``supports_batch_indexing = True``, as every dataset here does).
+        ring_slots: Slots in each batch ring of a worker process: batches a worker can have
+            on their way or held by the main process before it sends the next one the slow
+            way (a fresh shared-memory segment). ``batched_loader`` uses
+            ``prefetch_factor + 3``.
 
     Raises:
         TypeError: the dataset cannot index batches.
     """
 
-    def __init__(self, dataset: Dataset[Any]) -> None:
+    def __init__(self, dataset: Dataset[Any], ring_slots: int = RING_SLOTS) -> None:
         if not indexes_batches(dataset):
             raise TypeError(
                 f"{type(dataset).__name__} does not index whole batches (no "
                 "supports_batch_indexing = True); use DataLoader(dataset, batch_size=...) instead"
             )
         self.dataset = dataset
+        self.ring_slots = check_count("ring_slots", ring_slots, minimum=2)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -93,21 +108,23 @@ class BatchedDataset(Dataset[Any]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Return ``[dataset[indices]]``: the whole batch, read and stacked in one call."""
+        if in_worker_process():
+            set_ring_slots(self.ring_slots)
         return [self.dataset[list(indices)]]
 
     @staticmethod
     def collate(batch: list[Any]) -> Any:
         """``collate_fn`` for a ``BatchedDataset``: the batch its ``__getitems__`` stacked.
 
-        In a DataLoader worker process its tensors are moved into shared memory here, as
-        ``default_collate`` allocates them there: torch would move them anyway when sending
-        the batch, but in a thread that drops the batch on error (a full ``/dev/shm``), and
-        the main process would wait for it forever.
+        In a DataLoader worker process its tensors are packed into slots of the worker's
+        batch ring here (or moved into shared memory where no slot is free): torch would move
+        them anyway when sending the batch, but in a thread that drops the batch on error (a
+        full ``/dev/shm``), and the main process would wait for it forever.
 
         Raises:
             MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
         """
-        return share_batch(batch[0])
+        return pack_batch(batch[0])
 
     def __getattr__(self, name: str) -> Any:
         if name == "dataset" or name.startswith("__"):  # unpickling, copy: not forwarded
@@ -229,6 +246,8 @@ def batched_loader(
             process-only keyword such as ``worker_init_fn`` is given; else processes).
         **dataloader_kwargs: Any other ``DataLoader`` keyword (``num_workers``,
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
+            ``num_workers="auto"`` starts one worker per usable CPU core (fewer when the
+            epoch has fewer batches, none for a single batch) and logs the choice.
 
     Raises:
         TypeError: the dataset cannot index batches, or a keyword would conflict; a
@@ -240,8 +259,9 @@ def batched_loader(
             negative, NaN or infinite (0 waits forever).
     """
     check_count("batch_size", batch_size, minimum=1)
+    _resolve_auto_workers(dataset, batch_size, dataloader_kwargs)
     check_loader_options(dataloader_kwargs)  # before any worker process or thread starts
-    view = BatchedDataset(dataset)
+    view = BatchedDataset(dataset, (dataloader_kwargs.get("prefetch_factor") or 2) + 3)
     for key in ("batch_size", "batch_sampler", "collate_fn"):
         if key in dataloader_kwargs:
             raise TypeError(
@@ -278,6 +298,26 @@ def batched_loader(
         generator=generator,
         collate_fn=BatchedDataset.collate,
         **dataloader_kwargs,
+    )
+
+
+def _resolve_auto_workers(dataset: Any, batch_size: int, kwargs: dict[str, Any]) -> None:
+    """Replace ``num_workers="auto"`` in ``kwargs`` by a count: one per core, one per batch.
+
+    Worker processes hand batches over through their rings and each decodes with its share of
+    the cores, so a process per core is the fast path for reads and decodes alike (issue 28).
+    """
+    if kwargs.get("num_workers") != "auto":
+        return
+    cores = usable_cores()
+    batches = -(-len(dataset) // batch_size) if isinstance(dataset, Sized) else cores
+    kwargs["num_workers"] = workers = min(cores, batches) if batches > 1 else 0
+    _LOG.info(
+        "batched_loader: num_workers='auto' starts %d worker processes (%d usable cores, "
+        "%d batches an epoch)",
+        workers,
+        cores,
+        batches,
     )
 
 

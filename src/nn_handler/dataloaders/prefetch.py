@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any, cast
 
 import torch
@@ -25,8 +25,9 @@ from torch.utils.data import DataLoader
 from .._devices import check_device
 from .._validate import check_prefetch
 from ._protocols import set_epoch_once
+from ._samples.structure import move
 
-__all__ = ["DevicePrefetcher"]
+__all__ = ["DevicePrefetcher", "move"]
 
 _LOG = logging.getLogger(__name__)
 _NO_CUDA_LOGGED = {"done": False}
@@ -81,6 +82,7 @@ class DevicePrefetcher:
         stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         staging = _PinnedPool()
         ahead: deque[Any] = deque()
+        held = _HostBatches()
         source = iter(self.loader)
 
         def fetch() -> None:
@@ -89,6 +91,7 @@ class DevicePrefetcher:
                 return
             with torch.cuda.stream(stream):
                 ahead.append(move(batch, lambda t: _to_device(t, self.device, stream, staging)))
+            held.keep(batch, stream)
 
         for _ in range(self.depth):
             fetch()
@@ -107,17 +110,23 @@ class DevicePrefetcher:
 _END = object()
 
 
-def move(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Apply ``fn`` to every tensor in ``batch`` (tuples, named tuples, lists, dicts)."""
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # named tuple
-        return type(batch)(*(move(item, fn) for item in batch))
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(move(item, fn) for item in batch)
-    if isinstance(batch, Mapping):
-        return {key: move(value, fn) for key, value in batch.items()}
-    return batch
+class _HostBatches:
+    """Host batches whose copies to the device may still be running, kept alive until done.
+
+    A copy from pinned memory is asynchronous: its source must outlive it. torch guarantees
+    that for its own pinned allocations, not for memory pinned in place (a worker's batch ring,
+    a rank cache): a slot freed while its copy runs could be refilled under it.
+    """
+
+    def __init__(self) -> None:
+        self._held: deque[tuple[Any, Any]] = deque()
+
+    def keep(self, batch: Any, stream: Any) -> None:
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(stream)
+        self._held.append((event, batch))
 
 
 class _PinnedPool:

@@ -9,14 +9,13 @@ probe is unavailable (not Linux) the check is skipped rather than guessed.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..._validate import format_bytes
+from .._samples.pinned import log_once, pin_in_place
 from .._samples.shared_memory import SHM_PATH, shm_space
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
 ]
 
 _MEMINFO = "/proc/meminfo"
-_LOGGED: set[str] = set()
 
 
 def available_ram_bytes() -> int | None:
@@ -112,37 +110,3 @@ def unshared_nbytes(tensors: list[torch.Tensor]) -> int:
         if not storage.is_shared():
             total += storage.nbytes()
     return total
-
-
-def log_once(message: str, log_fn: Callable[[str], None]) -> None:
-    """Call ``log_fn(message)`` the first time this process sees ``message``."""
-    if message not in _LOGGED:
-        _LOGGED.add(message)
-        log_fn(message)
-
-
-def pin_in_place(tensor: torch.Tensor, log_fn: Callable[[str], None]) -> bool:
-    """Page-lock ``tensor``'s memory for fast GPU copies, without moving it; return success.
-
-    The memory is registered with CUDA (``cudaHostRegister``) where it lies, so a buffer in
-    shared memory stays shared. Without CUDA this logs once per process and returns False.
-    The registration is dropped when ``tensor`` is garbage collected.
-    """
-    if not torch.cuda.is_available():
-        log_once(
-            "nn_handler: CUDA is not available, so host memory is not pinned "
-            "(pin_host_memory=True has no effect on this machine)",
-            log_fn,
-        )
-        return False
-    nbytes = tensor.untyped_storage().nbytes()
-    if nbytes == 0:
-        return False
-    cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
-    ptr = tensor.data_ptr()
-    result = cudart.cudaHostRegister(ptr, nbytes, 0)
-    if result != cudart.cudaError.success:
-        log_fn(f"nn_handler: could not pin {format_bytes(nbytes)} ({result}); continuing unpinned")
-        return False
-    weakref.finalize(tensor, cudart.cudaHostUnregister, ptr)
-    return True

@@ -1,10 +1,10 @@
 """Batches read straight into shared memory inside DataLoader worker processes.
 
 A tensor that leaves a worker process is moved into shared memory by torch when it is pickled:
-a fresh segment, and a copy of the whole batch into it. ``read_batch`` allocates the batch in
-shared memory to begin with (as ``default_collate`` does for the batches it stacks in
-workers) and reads (or casts) the rows into it, so the batch crosses the process boundary
-without that copy: only the segment's descriptor travels. Outside worker processes (the main
+a fresh segment, and a copy of the whole batch into it. ``read_batch`` reads (or casts) the
+rows straight into a slot of the worker's batch ring (``batch_ring``; a fresh shared-memory
+tensor when no slot is free), so the batch crosses the process boundary without that copy:
+only the slot's number travels. Outside worker processes (the main
 process, or worker threads) it is a plain read into private memory.
 """
 
@@ -17,7 +17,8 @@ import torch
 
 from .._io.indices import as_index_array
 from .._io.rows.fields import Reader
-from .shared_memory import in_worker_process, new_shared
+from .batch_ring import worker_batch
+from .shared_memory import in_worker_process
 from .tensors import to_tensor
 
 __all__ = ["read_batch"]
@@ -35,7 +36,7 @@ def read_batch(reader: Reader, indices: Any, dtype: np.dtype[Any] | None) -> tor
     if not in_worker_process() or not final.isnative or final.kind not in "biuf":
         return to_tensor(reader.read(indices), dtype)
     idx = as_index_array(indices, reader.length)
-    batch = new_shared((idx.size, *reader.row_shape), final)
+    batch = worker_batch((idx.size, *reader.row_shape), final)
     out = batch.numpy()
     if final == reader.dtype:
         reader.read(idx, out=out)

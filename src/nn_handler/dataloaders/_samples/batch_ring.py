@@ -1,0 +1,382 @@
+"""Batch rings: a worker process hands each batch to the main process as a slot number.
+
+A tensor that leaves a DataLoader worker process normally travels as a fresh shared-memory
+segment: the worker creates it and page-faults it in, its descriptor crosses through a socket,
+and the main process maps it and page-faults it again, then unmaps it when the batch is
+dropped. On a 2-core machine the main process spent 0.6 of a batch's read just receiving it, so
+workers made training slower (issue 28).
+
+Here each worker process keeps a few *rings*, one per batch size it returns: a shared-memory
+region allocated once and cut into page-aligned slots. The worker reads (or copies) each batch
+tensor into a free slot; the first batch from a ring carries the ring itself (one descriptor),
+every later one only ``(ring, slot, offset, dtype, shape, strides)``. The main process keeps the
+rings it received mapped, and rebuilds each tensor as a view of its slot: no copy, no new
+mapping, no page fault.
+
+A slot belongs to the main process from the moment its batch is sent until the last tensor
+viewing it is freed there (a ``weakref.finalize`` on the slot's array, which every view keeps
+alive); only then may the worker write it again. A batch the user keeps is therefore never
+overwritten: while all slots are out, the worker sends its batch the old way (a fresh segment),
+slower but never wrong and never blocked. A slot a worker filled but did not send (an error
+after the read) is freed when the worker drops it.
+
+Rings are sized from what ``/dev/shm`` has free (at most half of it, split between the
+workers); where even two slots do not fit, the worker sends batches the old way, whose clear
+``MemoryError`` is unchanged. In the main process a ring is pinned in place
+(``cudaHostRegister``) when CUDA is initialised there, so copies from a slot to the GPU are
+true asynchronous DMA; the ring of a worker that has exited is dropped when a new ring arrives
+(its memory is returned once the batches that still view it are freed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from .._io.process import PerProcess
+from .pinned import pin_in_place
+from .shared_memory import in_worker_process, new_shared, share_batch, shm_space
+from .structure import move
+
+__all__ = [
+    "RING_SLOTS",
+    "pack_batch",
+    "ring_buffer",
+    "rings_received",
+    "set_ring_slots",
+    "worker_batch",
+]
+
+_LOG = logging.getLogger(__name__)
+RING_SLOTS = 5  # the default: prefetch_factor (2) in flight, the batch in use, two more held
+_MAX_SLOTS = 64
+_MAX_RINGS = 8  # batch sizes one worker keeps rings for (x, y, a last short batch, ...)
+_PAGE = 4096  # slots start on page borders: aligned for any dtype and for DMA
+_HEADER = _PAGE  # slot states, one byte a slot
+_FREE, _BUSY = 0, 1
+
+
+def _round_up(n: int) -> int:
+    return -(-n // _PAGE) * _PAGE
+
+
+@dataclass(eq=False)
+class _Lease:
+    """A slot taken by the worker; ``sent`` once its batch is on its way to the main process."""
+
+    ring: _WorkerRing
+    slot: int
+    sent: bool = False
+
+
+def _release_unsent(lease: _Lease) -> None:
+    if not lease.sent:  # the batch was dropped in the worker: the slot was never handed over
+        lease.ring.states[lease.slot] = _FREE
+
+
+@dataclass(eq=False)
+class _WorkerRing:
+    """One ring of a worker process: ``slots`` slots of ``slot_nbytes`` in shared memory."""
+
+    key: str
+    tensor: torch.Tensor  # uint8, the whole ring
+    slot_nbytes: int
+    slots: int
+    announced: bool = False
+    leases: dict[int, _Lease] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.array: np.ndarray[Any, Any] = self.tensor.numpy()
+        self.states: np.ndarray[Any, Any] = self.array[: self.slots]
+        self.start = self.tensor.data_ptr() + _HEADER
+
+    def fits(self, nbytes: int) -> bool:
+        # a slot at most about twice the batch: small tensors do not take big batches' slots
+        return nbytes <= self.slot_nbytes <= 2 * nbytes + _PAGE
+
+    def take(self, nbytes: int) -> torch.Tensor | None:
+        """A uint8 tensor of ``nbytes`` over a free slot (now busy), or None when none is free."""
+        free = np.flatnonzero(self.states == _FREE)
+        if not free.size:
+            return None
+        slot = int(free[0])
+        self.states[slot] = _BUSY
+        offset = _HEADER + slot * self.slot_nbytes
+        view = self.array[offset : offset + nbytes]  # the object every tensor of it keeps alive
+        lease = self.leases[slot] = _Lease(self, slot)
+        weakref.finalize(view, _release_unsent, lease)
+        return torch.from_numpy(view)
+
+    def lease_of(self, tensor: torch.Tensor) -> tuple[_Lease, int] | None:
+        """The lease of the slot ``tensor`` lies in, and its byte offset there; None if outside."""
+        ptr = tensor.data_ptr()
+        slot, offset = divmod(ptr - self.start, self.slot_nbytes)
+        if ptr < self.start or slot >= self.slots:
+            return None
+        lease = self.leases.get(slot)
+        return None if lease is None or lease.sent else (lease, offset)
+
+
+class _WorkerRings:
+    """The rings of one worker process."""
+
+    def __init__(self) -> None:
+        self.rings: list[_WorkerRing] = []
+        self.refused: set[int] = set()  # slot sizes /dev/shm had no room for
+        self.slots = RING_SLOTS
+        self.token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> torch.Tensor | None:
+        with self.lock:
+            for ring in sorted(self.rings, key=lambda r: r.slot_nbytes):
+                if ring.fits(nbytes):
+                    found = ring.take(nbytes)
+                    if found is not None:
+                        return found
+            if any(r.fits(nbytes) for r in self.rings) or len(self.rings) >= _MAX_RINGS:
+                return None  # every fitting slot is out: this batch goes the old way
+            new = self._new_ring(nbytes)
+            return None if new is None else new.take(nbytes)
+
+    def _new_ring(self, nbytes: int) -> _WorkerRing | None:
+        slot_nbytes = _round_up(nbytes)
+        if slot_nbytes in self.refused:
+            return None
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        space = shm_space()
+        room = self.slots if space is None else space[0] // (2 * workers) // slot_nbytes
+        slots = min(self.slots, room)
+        if slots < 2:
+            self.refused.add(slot_nbytes)
+            return None
+        try:
+            tensor = new_shared((_HEADER + slots * slot_nbytes,), np.dtype(np.uint8))
+        except MemoryError:
+            self.refused.add(slot_nbytes)
+            return None
+        tensor[:_HEADER] = _FREE
+        ring = _WorkerRing(f"{self.token}-{len(self.rings)}", tensor, slot_nbytes, slots)
+        self.rings.append(ring)
+        return ring
+
+    def find(self, tensor: torch.Tensor) -> tuple[_WorkerRing, _Lease, int] | None:
+        for ring in self.rings:
+            found = ring.lease_of(tensor)
+            if found is not None:
+                return ring, *found
+        return None
+
+
+_worker_rings: PerProcess[_WorkerRings] = PerProcess(_WorkerRings)
+
+
+def set_ring_slots(slots: int) -> None:
+    """Slots of each ring this worker process makes from now on (2 to 64)."""
+    _worker_rings.get().slots = max(2, min(_MAX_SLOTS, int(slots)))
+
+
+def ring_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """In a worker process, an uninitialised tensor in a free slot of one of its batch rings.
+
+    None outside worker processes, for empty tensors, and when no slot is free or ``/dev/shm``
+    has no room for a ring: the caller then allocates the batch the old way.
+    """
+    if not in_worker_process():
+        return None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    numel = int(np.prod(shape, dtype=np.int64))
+    if numel == 0:
+        return None
+    raw = _worker_rings.get().take(numel * itemsize)
+    return None if raw is None else raw.view(dtype).view(shape)
+
+
+# a ring's first batch carries the ring: (key, worker pid, ring tensor, slot bytes, slots)
+_Announcement = tuple[str, int, torch.Tensor, int, int]
+
+
+def worker_batch(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
+    """An uninitialised batch tensor for a worker process to send: a ring slot when one is free.
+
+    Otherwise (no free slot, no room for a ring, outside worker processes) a fresh tensor in
+    shared memory, as ``default_collate`` allocates the batches it stacks in workers.
+
+    Raises:
+        MemoryError: ``/dev/shm`` has no room for a fresh tensor either.
+    """
+    torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    found = ring_buffer(shape, torch_dtype)
+    return new_shared(shape, dtype) if found is None else found
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotRef:
+    """Where one tensor of a batch lies: its ring, slot, byte offset, dtype, shape and strides."""
+
+    ring: str
+    slot: int
+    offset: int
+    dtype: torch.dtype
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+class _SlotBatch:
+    """A batch packed in a worker: unpickles, in the main process, as the batch itself."""
+
+    def __init__(self, announced: list[_Announcement], packed: Any):
+        self.announced = announced
+        self.packed = packed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpack, (self.announced, self.packed)
+
+
+def pack_batch(batch: Any) -> Any:
+    """In a worker process, the batch with its tensors moved into ring slots, ready to send.
+
+    Tensors already in a slot (read there by ``ring_buffer``) stay where they are; other dense
+    CPU tensors are copied into a free slot; whatever does not fit a slot (sparse tensors, a
+    ring with no free slot) goes the old way, moved into a fresh shared-memory segment. Outside
+    worker processes ``batch`` is returned as it is.
+
+    Raises:
+        MemoryError: a tensor going the old way finds ``/dev/shm`` full.
+    """
+    if not in_worker_process():
+        return batch
+    rings = _worker_rings.get()
+    announced: list[_Announcement] = []
+    refs: list[_SlotRef] = []
+    packed = move(batch, lambda t: _to_slot(rings, t, announced, refs))
+    if not refs:
+        return share_batch(batch)
+    return _SlotBatch(announced, share_batch(packed))
+
+
+def _to_slot(
+    rings: _WorkerRings,
+    tensor: torch.Tensor,
+    announced: list[_Announcement],
+    refs: list[_SlotRef],
+) -> Any:
+    if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.numel() == 0:
+        return tensor
+    found = rings.find(tensor)
+    if found is None:
+        copy = _copy_into_slot(tensor)
+        if copy is None:
+            return tensor
+        found = rings.find(copy)
+        if found is None:  # pragma: no cover - a slot just taken is always found
+            return tensor
+        tensor = copy
+    ring, lease, offset = found
+    lease.sent = True  # from here on the main process frees the slot
+    if not ring.announced:
+        ring.announced = True
+        announced.append((ring.key, os.getpid(), ring.tensor, ring.slot_nbytes, ring.slots))
+    ref = _SlotRef(ring.key, lease.slot, offset, tensor.dtype, tuple(tensor.shape), tensor.stride())
+    refs.append(ref)
+    return ref
+
+
+def _copy_into_slot(tensor: torch.Tensor) -> torch.Tensor | None:
+    """``tensor`` copied into a free slot (its strides kept when it is dense), or None."""
+    dense = tensor.is_contiguous() or (
+        tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
+    )
+    if not dense:
+        tensor = tensor.contiguous()
+    slot = ring_buffer((tensor.numel(),), tensor.dtype)
+    if slot is None:
+        return None
+    out = slot.as_strided(tensor.shape, tensor.stride())
+    out.copy_(tensor)
+    return out
+
+
+# ---- the main process ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _MainRing:
+    """A worker's ring as the main process keeps it."""
+
+    tensor: torch.Tensor
+    slot_nbytes: int
+    slots: int
+    pid: int
+
+    def __post_init__(self) -> None:
+        self.array: np.ndarray[Any, Any] = self.tensor.numpy()
+        self.states: np.ndarray[Any, Any] = self.array[: self.slots]
+
+
+_received: PerProcess[dict[str, _MainRing]] = PerProcess(dict)
+
+
+def rings_received() -> int:
+    """How many workers' batch rings this process keeps mapped (for tests and diagnostics)."""
+    return len(_received.get())
+
+
+def _free_slot(states: np.ndarray[Any, Any], slot: int) -> None:
+    states[slot] = _FREE  # the last view of the slot is gone: the worker may write it again
+
+
+def _unpack(announced: list[_Announcement], packed: Any) -> Any:
+    rings = _received.get()
+    for key, pid, tensor, slot_nbytes, slots in announced:
+        _register(rings, key, _MainRing(tensor, slot_nbytes, slots, pid))
+    bases: dict[tuple[str, int], torch.Tensor] = {}
+    return move(packed, lambda ref: _view(ref, rings, bases), _SlotRef)
+
+
+def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
+    for old, held in list(rings.items()):
+        if not _alive(held.pid):  # its worker has exited: no batch will name this ring again
+            del rings[old]
+    rings[key] = ring
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        pin_in_place(ring.tensor, _LOG.debug)  # copies from its slots to the GPU are then DMA
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _view(ref: _SlotRef, rings: dict[str, _MainRing], bases: dict[tuple[str, int], Any]) -> Any:
+    ring = rings.get(ref.ring)
+    if ring is None:
+        raise RuntimeError(
+            f"a DataLoader worker sent a batch in ring {ref.ring!r}, which this process never "
+            "received; batches from worker processes must be unpickled in the process that "
+            "started the workers, in the order they were sent"
+        )
+    base = bases.get((ref.ring, ref.slot))
+    if base is None:
+        start = _HEADER + ref.slot * ring.slot_nbytes
+        array = ring.array[start : start + ring.slot_nbytes]
+        weakref.finalize(array, _free_slot, ring.states, ref.slot)
+        base = bases[(ref.ring, ref.slot)] = torch.from_numpy(array)
+    itemsize = torch.empty((), dtype=ref.dtype).element_size()
+    typed = base.view(ref.dtype)
+    return typed.as_strided(ref.size, ref.stride, ref.offset // itemsize)
