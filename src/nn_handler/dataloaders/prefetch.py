@@ -1,11 +1,14 @@
 """DevicePrefetcher: batches arrive on the GPU already, copied ahead on a side stream.
 
 ``for x, y in DevicePrefetcher(loader, "cuda")`` copies the next ``depth`` batches to the device
-while the model works on the current one: host tensors are staged through reused pinned buffers
-(so the copy is a true asynchronous DMA even when the loader does not pin), copied on a side
-CUDA stream, and handed over with the proper synchronisation: the consuming stream waits for the
-copy, and ``record_stream`` keeps the caching allocator from reusing a batch's memory while the
-consumer still reads it. Tensors nested in tuples, lists, named tuples and dicts are moved; other
+while the model works on the current one: host tensors already pinned (a worker's batch ring,
+pinned in place once) are copied as they are, other host tensors are staged through reused
+pinned buffers (so the copy is a true asynchronous DMA even when the loader does not pin); the
+copies run on a side CUDA stream, each host batch is kept until its copies have finished (its
+ring slot is not handed back to the worker while the GPU still reads it), and batches are handed
+over with the proper synchronisation: the consuming stream waits for the copy, and
+``record_stream`` keeps the caching allocator from reusing a batch's memory while the consumer
+still reads it. Tensors nested in tuples, lists, named tuples and dicts are moved; other
 values pass through unchanged.
 
 On a machine without CUDA (or with ``device="cpu"``) the prefetcher simply iterates the loader,
