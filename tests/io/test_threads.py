@@ -1,6 +1,7 @@
 """The per-process decode pool: sizing, ordering, errors, fork safety, DataLoader workers."""
 
 import multiprocessing as mp
+import os
 import threading
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_set_decode_threads_validates():
 
 
 def test_environment_variable_and_default(monkeypatch):
-    assert 1 <= decode_threads() <= 8
+    assert decode_threads() == len(os.sched_getaffinity(0))  # every usable core, no cap
     monkeypatch.setenv(ENV_VAR, "5")
     assert decode_threads() == 5
     set_decode_threads(2)  # an explicit call wins over the environment
@@ -51,6 +52,17 @@ def test_environment_variable_and_default(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "many")
     with pytest.raises(ValueError, match=f"{ENV_VAR} must be a positive integer, got 'many'"):
         decode_threads()
+
+
+def test_default_uses_every_core_divided_among_worker_processes(monkeypatch):
+    monkeypatch.setattr(threads_module, "_usable_cpus", lambda: 32)
+    assert decode_threads() == 32  # was capped at 8: num_workers=0 left cores idle
+    monkeypatch.setattr(threads_module, "_worker_count", lambda: 4)
+    assert decode_threads() == 8  # 4 worker processes x 8 threads: one per core
+    monkeypatch.setattr(threads_module, "_worker_count", lambda: 64)
+    assert decode_threads() == 1
+    set_decode_threads(3)  # an explicit count wins, in workers too
+    assert decode_threads() == 3
 
 
 def test_run_parallel_keeps_order_and_uses_the_pool():

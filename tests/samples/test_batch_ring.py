@@ -12,13 +12,13 @@ import gc
 import multiprocessing
 import pickle
 from collections import namedtuple
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from multiprocessing.reduction import ForkingPickler
 from torch.utils.data import Dataset
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader

@@ -30,7 +30,7 @@ from .._validate import check_prefetch
 from ._protocols import set_epoch_once
 from ._samples.structure import move
 
-__all__ = ["DevicePrefetcher", "move"]
+__all__ = ["DevicePrefetcher"]
 
 _LOG = logging.getLogger(__name__)
 _NO_CUDA_LOGGED = {"done": False}

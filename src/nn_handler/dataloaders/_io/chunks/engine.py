@@ -18,7 +18,9 @@ at its two edges (when h5py decodes, it reads the whole range in one call).
 When blocks are read outside the GIL (``BlockSource.releases_gil``), ``prefetch`` fills the
 blocks of the next rows in the pool ahead of need; a read of them waits instead of decoding
 them twice. The window belongs to one process (``PerProcess``): a forked or spawned worker
-builds its own.
+builds its own. When every block fits the budget, forked workers read through ``SharedBlocks``
+(``shared.py``) instead: one decoded copy for all workers and all epochs, as ``num_workers=0``
+keeps one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
 from .pool import decode_threads, run_parallel, submit
+from .shared import SharedBlocks
 from .sources import BlockSource, Geometry, TableChunks, block_source
 from .window import Claim, Window
 
@@ -41,6 +44,9 @@ __all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
 
 _RUN_BLOCK_BYTES = 64 * 1024  # blocks this small are read in runs by sequential reads
 _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
+# below this, a dataset decodes in moments: each worker keeps its own window rather than hold a
+# map and a semaphore per dataset (many small files would use up the process's maps)
+_SHARED_MIN_BYTES = 1024**2
 
 _Task = tuple[int, np.ndarray[Any, Any]]  # (block, destination of block_rows rows)
 
@@ -61,6 +67,8 @@ class ChunkEngine:
         #: adjacent blocks a sampler shuffles together (its block in chunks): fetched as one run
         self.run_blocks = 1
         self._window: PerProcess[Window] = PerProcess(functools.partial(Window, self.geometry))
+        self._shared: SharedBlocks | None = None
+        self._share_if_whole()
 
     @property
     def decodes(self) -> bool:
@@ -89,7 +97,35 @@ class ChunkEngine:
         """
         self.window_blocks = max(1, int(blocks))
         self.run_blocks = max(1, int(run))
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop the decoded blocks of this process (and those shared with its workers)."""
         self.cache.clear()
+        if self._shared is not None and not self._shared.usable:
+            self._shared.clear()
+        self._share_if_whole()
+
+    def _share_if_whole(self) -> None:
+        """Keep every block in memory shared with forked workers, when the budget holds them all.
+
+        Only in the process that built the engine (its workers inherit the memory), for blocks
+        decoded here from a local file that does not grow. Nothing is touched until a worker
+        fills a block.
+        """
+        shared = self._shared
+        if shared is not None and shared.usable:
+            return  # a worker: the building process decides
+        source = self.source
+        local = not (isinstance(source, TableChunks) and source.batches_reads)
+        growing = self.file.may_grow or self.file.swmr_mode
+        geometry = self.geometry
+        whole = geometry.block_rows > 1 and self._capacity() >= geometry.count
+        whole = whole and geometry.count * geometry.block_nbytes >= _SHARED_MIN_BYTES
+        if not (whole and local and source.decodes and source.releases_gil and not growing):
+            self._shared = None
+        elif shared is None:
+            self._shared = SharedBlocks(self.geometry)
 
     @property
     def readahead_rows(self) -> int:
@@ -176,6 +212,9 @@ class ChunkEngine:
             return out
         blocks = idx // self.geometry.block_rows
         capacity = self._capacity()
+        shared = self._shared
+        if shared is not None and shared.usable and capacity >= self.geometry.count:
+            return self._read_shared(dset, shared, idx, blocks, out)
         if self.geometry.block_rows == 1 or capacity == 0:
             return self._read_uncached(dset, idx, blocks, out)
         uniq = np.unique(blocks)
@@ -253,6 +292,45 @@ class ChunkEngine:
             window.release(claim)
             if retry:
                 self._read_group(dset, ids, idx, blocks, out, pos)
+
+    def _read_shared(
+        self,
+        dset: h5py.Dataset,
+        shared: SharedBlocks,
+        idx: IndexArray,
+        blocks: np.ndarray[Any, Any],
+        out: np.ndarray[Any, Any],
+    ) -> np.ndarray[Any, Any]:
+        """Rows ``idx`` from the blocks shared with the other workers, filling missing ones.
+
+        Slot = block, so row ``i`` is row ``i`` of the arena. Missing blocks are claimed and
+        filled a few at a time; those another worker was filling and still is once this one is
+        done are decoded into scratch rather than waited for.
+        """
+        missing = shared.pending(np.unique(blocks).tolist())
+        others: list[int] = []
+        step = max(1, decode_threads())
+        for g in range(0, len(missing), step):
+            # a few blocks at a time: workers that need the same blocks (two of them starting
+            # an epoch) then take turns filling them instead of each filling them all
+            fill, busy = shared.claim(np.asarray(missing[g : g + step], dtype=np.int64))
+            others += busy
+            try:
+                self._fill(dset, [(b, shared.arena[b]) for b in fill])
+            except BaseException:
+                shared.settle(fill, ok=False)
+                raise
+            shared.settle(fill, ok=True)
+        others = shared.pending(others)  # most of them were filled meanwhile
+        extra = {b: self.geometry.empty_block() for b in others}
+        self._fill(dset, list(extra.items()))
+        flat = shared.arena.reshape(-1, *self.geometry.row_shape)
+        if not extra:
+            np.take(flat, idx, axis=0, out=out, mode="clip")  # idx was checked against length
+            return out
+        outside = np.isin(blocks, others)
+        self._gather_mixed(flat, idx, outside, idx, blocks, extra, out, None)
+        return out
 
     def _fill_claim(
         self, dset: h5py.Dataset, window: Window, claim: Claim

@@ -5,8 +5,12 @@ forked child (a DataLoader worker) drops the reference it inherited (the parent'
 exist there) and builds its own pool on first use. Spawned workers import this module afresh.
 
 Size: ``set_decode_threads(n)`` in this process, else the environment variable
-``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else the CPUs this process may run
-on, capped at 8 and divided among DataLoader workers.
+``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else every CPU this process may
+run on (``os.sched_getaffinity``), divided among DataLoader worker processes (torch's worker
+info, through ``set_worker_count``). No cap: the decoders release the GIL and a thread's memory
+is a few chunks of scratch, while ``num_workers=0`` is often the fastest loader and a cap of 8
+left half of a 16-core machine idle in it. Workers divide the cores so that N workers never run
+more decode threads than there are cores (N processes of ``cores`` threads each oversubscribe).
 
 Order: the blocks a read waits for (``run_parallel``) are decoded before blocks filled ahead
 of need (``submit``), whatever was queued first. Readahead queues a whole window of blocks; a
@@ -40,7 +44,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 ENV_VAR = "NN_HANDLER_DECODE_THREADS"
-_MAX_AUTO_THREADS = 8
 _IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
 _READ, _AHEAD = 0, 1  # priorities: a waiting read first, then readahead
 
@@ -121,7 +124,7 @@ def set_decode_threads(threads: int | None) -> None:
 
     Args:
         threads: Threads (``1`` decodes in the calling thread), or None for the default: the
-            CPUs this process may use (at most 8), divided among DataLoader workers.
+            CPUs this process may use, divided among DataLoader worker processes.
 
     Raises:
         TypeError / ValueError: ``threads`` is not None or an integer from 1 to 8 per CPU
@@ -148,7 +151,7 @@ def decode_threads() -> int:
                 "default"
             ) from exc
     workers = _worker_count()
-    return max(1, min(_MAX_AUTO_THREADS, _usable_cpus()) // max(1, workers))
+    return max(1, _usable_cpus() // max(1, workers))
 
 
 def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

@@ -15,6 +15,9 @@ A memory map is a capability only a local file has (``Mappable``). Touching a pa
 the end of a file that was truncated after it was mapped kills the process with SIGBUS: no Python
 exception, no traceback. So ``MappedFile.check(end)`` (one ``fstat`` of the mapped file itself,
 whatever the path names now) must pass before the bytes below ``end`` are touched.
+
+``shared_memory`` is the one other use of ``mmap``: anonymous memory (no file, so no SIGBUS from
+a shrinking file and no ``/dev/shm`` quota) that forked workers share (``chunks/shared.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..errors import FileChangedError
 from ..process import PerProcess
 from .identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
 
-__all__ = ["Buffer", "ByteSource", "LocalFile", "Mappable", "MappedFile"]
+__all__ = ["Buffer", "ByteSource", "LocalFile", "Mappable", "MappedFile", "shared_memory"]
 
 #: A writable buffer: a C-contiguous array, a ``bytearray`` or a writable ``memoryview``.
 Buffer = np.ndarray[Any, Any] | bytearray | memoryview
@@ -300,3 +303,13 @@ class MappedFile:
                 "truncated after the dataset was built. Build the dataset again",
                 self.path,
             )
+
+
+def shared_memory(nbytes: int) -> mmap.mmap:
+    """``nbytes`` (at least 1) of zeroed anonymous memory, shared with processes forked later.
+
+    ``MAP_SHARED | MAP_ANONYMOUS``: pages are only allocated when first written, and are backed
+    by the kernel's internal shmem mount, not by ``/dev/shm`` (whose 64 MB Docker default would
+    end a write past it with SIGBUS).
+    """
+    return mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)

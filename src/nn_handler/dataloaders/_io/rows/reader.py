@@ -243,9 +243,13 @@ class RowReader:
         return self.read_range(first, first + rows)
 
     def clear_cache(self) -> None:
-        """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise)."""
+        """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise).
+
+        Also those it shares with the workers it forks, and the window is fitted to the
+        current budget again (``ChunkEngine.clear``).
+        """
         if self._blocks is not None:
-            self._blocks.cache.clear()
+            self._blocks.clear()
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
