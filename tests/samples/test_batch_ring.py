@@ -243,3 +243,18 @@ def test_dict_batches_from_any_dataset_travel_through_rings(context):
     assert torch.cat([b["idx"] for b in got]).tolist() == list(range(50))
     for b in got:
         assert b["name"] == "d" and torch.equal(b["x"][:, 0], b["idx"].double())
+
+
+def test_a_slot_the_worker_still_views_is_not_reused(in_worker):
+    kept = ring_buffer((64,), torch.float32)  # a tensor the worker's dataset keeps
+    assert kept is not None
+    kept.fill_(7.0)
+    got = _send((kept,))
+    del got
+    gc.collect()  # the main process is done with it: free there, but the worker still views it
+    for i in range(batch_ring.RING_SLOTS * 2):
+        other = _send((torch.full((64,), float(i)),))
+        assert float(other[0][0]) == float(i)
+        assert torch.equal(kept, torch.full((64,), 7.0))  # never written under the worker
+        del other
+        gc.collect()

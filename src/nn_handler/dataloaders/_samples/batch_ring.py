@@ -79,6 +79,9 @@ class _Lease:
 
 
 def _release_unsent(lease: _Lease) -> None:
+    """The worker's last view of a slot is gone: the slot is the main process's alone, or free."""
+    if lease.ring.leases.get(lease.slot) is lease:
+        del lease.ring.leases[lease.slot]
     if not lease.sent:  # the batch was dropped in the worker: the slot was never handed over
         lease.ring.states[lease.slot] = _FREE
 
@@ -105,10 +108,12 @@ class _WorkerRing:
 
     def take(self, nbytes: int) -> torch.Tensor | None:
         """A uint8 tensor of ``nbytes`` over a free slot (now busy), or None when none is free."""
-        free = np.flatnonzero(self.states == _FREE)
-        if not free.size:
+        # free in the main process, and no view of it left in this one either (a tensor the
+        # worker's dataset kept would otherwise see the next batch written under it)
+        free = [s for s in np.flatnonzero(self.states == _FREE).tolist() if s not in self.leases]
+        if not free:
             return None
-        slot = int(free[0])
+        slot = free[0]
         self.states[slot] = _BUSY
         offset = _HEADER + slot * self.slot_nbytes
         view = self.array[offset : offset + nbytes]  # the object every tensor of it keeps alive
