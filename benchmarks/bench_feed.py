@@ -24,10 +24,10 @@ or zlib inflating the raw chunks in one thread × the usable cores); a small CNN
 ``RankMemCachedH5Dataset(cache_device="cuda")`` serving ``ds[indices]`` / a bare
 ``torch.index_select`` on the device. Without CUDA it runs the host parts and says so.
 
-By default every loader is the issue's call, with ``batched_loader``'s own default for
-``persistent_workers`` (kept across epochs since issue 28); one information row restarts them
-every epoch (``persistent_workers=False``), and ``--restart`` makes that the setting of every
-loader. Worker
+By default every worker loader is the issue's call with ``persistent_workers=True`` (what
+docs/performance.md tells users to write); one information row restarts them every epoch
+(``persistent_workers=False``, torch's default), and ``--restart`` makes that the setting of
+every loader. Worker
 processes use torch.multiprocessing's default start method unless ``--start-method`` is given.
 """
 
@@ -258,8 +258,7 @@ def _loader_kwargs(workers: int, mode: str, opts: Opts) -> dict[str, Any]:
     elif workers:
         if opts.start_method:
             kwargs["multiprocessing_context"] = opts.start_method
-        if opts.persistent is not None:
-            kwargs["persistent_workers"] = opts.persistent
+        kwargs["persistent_workers"] = opts.persistent is not False
     return kwargs
 
 
@@ -831,7 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{opts.rounds} alternating rounds (median of per-round ratios), up to {seconds:g} s per "
         f"measurement, start method {method}, "
-        f"persistent_workers={'False' if args.restart else 'default (True)'}"
+        f"persistent_workers={'False' if args.restart else 'True'}"
     )
     if args.gpu:
         name = torch.cuda.get_device_name() if device == "cuda" else device

@@ -247,9 +247,10 @@ def batched_loader(
         **dataloader_kwargs: Any other ``DataLoader`` keyword (``num_workers``,
             ``pin_memory``, ``persistent_workers``, ``worker_init_fn``, ...).
             ``num_workers="auto"`` starts one worker per usable CPU core (fewer when the
-            epoch has fewer batches, none for a single batch) and logs the choice. Worker
-            processes are persistent unless ``persistent_workers=False`` is given: they keep
-            their batch rings and decoded chunks from one epoch to the next.
+            epoch has fewer batches, none for a single batch) and logs the choice. Pass
+            ``persistent_workers=True`` for speed: workers then keep their batch rings from
+            one epoch to the next (torch's default restarts them, and draws their seed from
+            torch's RNG each epoch, which exact resume tests rely on).
 
     Raises:
         TypeError: the dataset cannot index batches, or a keyword would conflict; a
@@ -291,10 +292,6 @@ def batched_loader(
             sampler = SequentialSampler(view)
         if sampler is not None:
             sampler = _with_readahead(dataset, sampler, batch_size)
-    else:
-        # a worker's start (a fork or a spawn, its rings, its decoded chunks) cost more than a
-        # short epoch's reads: 0.40 of num_workers=0 restarted each epoch, 1.2 kept (issue 28)
-        dataloader_kwargs.setdefault("persistent_workers", True)
     return DataLoader(
         view,
         batch_size=batch_size,
