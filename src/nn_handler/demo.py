@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._validate import check_choice, check_non_negative_int, check_positive_int
+from ._validate import check_choice, check_non_negative_int, check_positive_int, usable_cores
 from .dataloaders import (
     CombinedHDF5Dataset,
     H5LazyDataset,
@@ -242,8 +242,7 @@ def run_demo(
 def _default_workers(workers: int | None, processes: int) -> int:
     if workers is not None:
         return check_non_negative_int("workers", workers)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return 2 if processes == 1 else min(2, max(0, (cores or 1) // processes - 1))
+    return 2 if processes == 1 else min(2, max(0, usable_cores() // processes - 1))
 
 
 def _launch(cfg: _Config) -> DemoSummary:

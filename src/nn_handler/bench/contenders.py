@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -27,6 +26,7 @@ from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._io.rows.keys import resolve_key
 from nn_handler.dataloaders._io.rows.reader import RowReader
 
+from .._validate import usable_cores
 from ..dataloaders import (
     ChunkShuffleSampler,
     EpochShuffleSampler,
@@ -201,8 +201,7 @@ def process_limit(case: Case) -> list[Result]:
     """Compressed layouts: whole-chunk sequential h5py reads, one process per core."""
     if not case.compressed:
         return []
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    workers = max(1, cores or 1)
+    workers = usable_cores()
     n, rows = len(case.images), case.chunk_rows or 1
     bounds = [(n * i // workers) // rows * rows for i in range(workers)] + [n]
     parts = list(zip([case.path] * workers, bounds[:-1], bounds[1:], strict=True))

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from .._validate import usable_cores
 from ..dataloaders import (
     ChunkShuffleSampler,
     H5LazyDataset,
@@ -267,12 +268,6 @@ def _quality(served: list[np.ndarray[Any, Any]], chunk_rows: int | None) -> tupl
 # -- limits --------------------------------------------------------------------------------
 
 
-def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)  # pragma: no cover - macOS / Windows
-
-
 def _gather_limit(case: _Case, images: np.ndarray[Any, Any]) -> tuple[float, float]:
     order = np.random.default_rng(0).permutation(case.n)
     batches = [order[i : i + case.batch_size] for i in range(0, case.n, case.batch_size)]
@@ -330,11 +325,11 @@ def _inflate_limit(
                 break
     cpu = time.thread_time() - cpu
     wall = time.perf_counter() - start
-    return done * chunk_rows / wall * _cores(), done * chunk_rows / max(cpu, 1e-9)
+    return done * chunk_rows / wall * usable_cores(), done * chunk_rows / max(cpu, 1e-9)
 
 
 def _process_limit(case: _Case) -> float:
-    workers, n = _cores(), case.n
+    workers, n = usable_cores(), case.n
     rows = case.workload.chunk_rows or 1
     bounds = [(n * i // workers) // rows * rows for i in range(workers)] + [n]
     parts = [(case.path, lo, hi) for lo, hi in itertools.pairwise(bounds)]
@@ -357,10 +352,10 @@ class _Limit:
             with h5py.File(case.path, "r") as f:
                 self.images = f[X_KEY][()]
         elif case.workload.plugin is None:
-            self.name = f"libdeflate, 1 thread × {_cores()} cores"
+            self.name = f"libdeflate, 1 thread × {usable_cores()} cores"
             self.raw = _raw_chunks(case.path)
         else:
-            self.name = f"sequential chunks, {_cores()} processes"
+            self.name = f"sequential chunks, {usable_cores()} processes"
 
     def measure(self) -> tuple[float, float]:
         """(samples/s, samples per CPU-second of one core; NaN for the process limit)."""
@@ -403,7 +398,7 @@ def _rank_cache_rates(case: _Case) -> tuple[float, float]:
 
     ctx = get_context("spawn")
     stop = ctx.Event()
-    burners = [ctx.Process(target=_burn, args=(stop,), daemon=True) for _ in range(_cores())]
+    burners = [ctx.Process(target=_burn, args=(stop,), daemon=True) for _ in range(usable_cores())]
     for p in burners:
         p.start()
     try:

@@ -6,7 +6,6 @@ as the command line writes them.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_non_negative_int, check_positive_int
+from .._validate import check_int, check_non_negative_int, check_positive_int, usable_cores
 from .codecs import CODECS, check_level, default_codec, plugin_available
 
 __all__ = ["MEMORY_SHARES", "MIN_MEMORY", "RewriteOptions", "parse_size"]
@@ -156,6 +155,5 @@ def _dtypes(dtypes: Any) -> dict[str, np.dtype[Any]]:
 
 def _workers(workers: Any) -> int:
     if workers is None or workers == 0:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)  # fmt: skip
+        return usable_cores()
     return check_positive_int("workers", workers)

@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-from ..._validate import check_parallel, check_positive_int, check_prefetch, format_names
+from ..._validate import (
+    check_parallel,
+    check_positive_int,
+    check_prefetch,
+    format_names,
+    usable_cores,
+)
 
 __all__ = ["check_dataset_kwargs", "choose_workers", "loader_options"]
 
@@ -47,7 +53,7 @@ def choose_workers(num_workers: int | None, world_size: int) -> int:
     ranks = check_positive_int(
         "LOCAL_WORLD_SIZE", int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     )
-    return min(_MAX_AUTO_WORKERS, max(1, _cores() // ranks))
+    return min(_MAX_AUTO_WORKERS, max(1, usable_cores() // ranks))
 
 
 def loader_options(
@@ -76,10 +82,3 @@ def loader_options(
     if prefetch_factor is not None:
         options["prefetch_factor"] = prefetch_factor
     return options
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1

@@ -29,6 +29,7 @@ __all__ = [
     "PerProcess",
     "collection_paused",
     "pause_collection_until_h5py_returns",
+    "process_alive",
     "process_generation",
 ]
 
@@ -44,6 +45,17 @@ _was_enabled = False
 def process_generation() -> int:
     """A number that changes in every forked child (and never in the process itself)."""
     return _generation
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists (a zombie not yet reaped counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - another user's process of that pid
+        return True
+    return True
 
 
 @contextlib.contextmanager

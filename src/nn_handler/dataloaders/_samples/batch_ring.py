@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .._io.process import PerProcess
+from .._io.process import PerProcess, process_alive
 from .pinned import pin_in_place
 from .shared_memory import in_worker_process, new_shared, share_batch, shm_space
 from .structure import move
@@ -354,21 +354,11 @@ def _unpack(announced: list[_Announcement], packed: Any) -> Any:
 
 def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
     for old, held in list(rings.items()):
-        if not _alive(held.pid):  # its worker has exited: no batch will name this ring again
+        if not process_alive(held.pid):  # its worker has exited: no batch will name this ring again
             del rings[old]
     rings[key] = ring
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         pin_in_place(ring.tensor, _LOG.debug)  # copies from its slots to the GPU are then DMA
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _view(ref: _SlotRef, rings: dict[str, _MainRing], bases: dict[tuple[str, int], Any]) -> Any:

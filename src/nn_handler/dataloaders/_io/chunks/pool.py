@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from ...._validate import check_parallel
+from ...._validate import check_parallel, usable_cores
 from ..process import PerProcess
 
 __all__ = [
@@ -151,7 +151,7 @@ def decode_threads() -> int:
                 "default"
             ) from exc
     workers = _worker_count()
-    return max(1, _usable_cpus() // max(1, workers))
+    return max(1, usable_cores() // max(1, workers))
 
 
 def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
@@ -212,9 +212,3 @@ def _drop_pool() -> None:
     _pool.pop()
     if own is not None:
         own.executor.shutdown(wait=False)
-
-
-def _usable_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1  # pragma: no cover - macOS / Windows

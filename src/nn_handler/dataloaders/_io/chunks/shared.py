@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..file.byte_source import shared_memory
-from ..process import process_generation
+from ..process import process_alive, process_generation
 from .sources import Geometry
 
 __all__ = ["SharedBlocks"]
@@ -80,7 +80,7 @@ class SharedBlocks:
         with self.lock:
             states = self.state[ids]
             loading = ids[states == _LOADING]
-            gone = [int(b) for b in loading.tolist() if not _alive(int(self.owner[b]))]
+            gone = [int(b) for b in loading.tolist() if not process_alive(int(self.owner[b]))]
             fill = ids[states == _EMPTY].tolist() + gone
             self.state[fill] = _LOADING
             self.owner[fill] = me
@@ -110,13 +110,3 @@ class SharedBlocks:
     def __reduce__(self) -> Any:
         # shared memory and its lock reach forked workers only: a pickled engine drops them
         return (type(None), ())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - another user's process of that pid
-        return True
-    return True
