@@ -106,8 +106,8 @@ class _WorkerRing:
         # a slot at most about twice the batch: small tensors do not take big batches' slots
         return nbytes <= self.slot_nbytes <= 2 * nbytes + _PAGE
 
-    def take(self, nbytes: int) -> torch.Tensor | None:
-        """A uint8 tensor of ``nbytes`` over a free slot (now busy), or None when none is free."""
+    def take(self, nbytes: int) -> tuple[_Lease, torch.Tensor] | None:
+        """A free slot, now busy: its lease and a uint8 tensor of its first ``nbytes``."""
         # free in the main process, and no view of it left in this one either (a tensor the
         # worker's dataset kept would otherwise see the next batch written under it)
         free = [s for s in np.flatnonzero(self.states == _FREE).tolist() if s not in self.leases]
@@ -119,7 +119,7 @@ class _WorkerRing:
         view = self.array[offset : offset + nbytes]  # the object every tensor of it keeps alive
         lease = self.leases[slot] = _Lease(self, slot)
         weakref.finalize(view, _release_unsent, lease)
-        return torch.from_numpy(view)
+        return lease, torch.from_numpy(view)
 
     def lease_of(self, tensor: torch.Tensor) -> tuple[_Lease, int] | None:
         """The lease of the slot ``tensor`` lies in, and its byte offset there; None if outside."""
@@ -141,14 +141,15 @@ class _WorkerRings:
         self.token = f"{os.getpid()}-{secrets.token_hex(4)}"
         self.lock = threading.Lock()
 
-    def take(self, nbytes: int) -> torch.Tensor | None:
+    def take(self, nbytes: int) -> tuple[_Lease, torch.Tensor] | None:
+        """A free slot of ``nbytes`` or a little more (a new ring if none fits), or None."""
         with self.lock:
-            for ring in sorted(self.rings, key=lambda r: r.slot_nbytes):
-                if ring.fits(nbytes):
-                    found = ring.take(nbytes)
-                    if found is not None:
-                        return found
-            if any(r.fits(nbytes) for r in self.rings) or len(self.rings) >= _MAX_RINGS:
+            fitting = sorted((r for r in self.rings if r.fits(nbytes)), key=lambda r: r.slot_nbytes)
+            for ring in fitting:
+                found = ring.take(nbytes)
+                if found is not None:
+                    return found
+            if fitting or len(self.rings) >= _MAX_RINGS:
                 return None  # every fitting slot is out: this batch goes the old way
             new = self._new_ring(nbytes)
             return None if new is None else new.take(nbytes)
@@ -175,11 +176,12 @@ class _WorkerRings:
         self.rings.append(ring)
         return ring
 
-    def find(self, tensor: torch.Tensor) -> tuple[_WorkerRing, _Lease, int] | None:
+    def find(self, tensor: torch.Tensor) -> tuple[_Lease, int] | None:
+        """The unsent lease of the slot ``tensor`` lies in and its byte offset there, or None."""
         for ring in self.rings:
             found = ring.lease_of(tensor)
             if found is not None:
-                return ring, *found
+                return found
         return None
 
 
@@ -197,14 +199,19 @@ def ring_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | No
     None outside worker processes, for empty tensors, and when no slot is free or ``/dev/shm``
     has no room for a ring: the caller then allocates the batch the old way.
     """
+    found = _take(shape, dtype)
+    return None if found is None else found[1]
+
+
+def _take(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[_Lease, torch.Tensor] | None:
+    """``ring_buffer``'s slot with its lease."""
     if not in_worker_process():
         return None
-    itemsize = torch.empty((), dtype=dtype).element_size()
     numel = int(np.prod(shape, dtype=np.int64))
     if numel == 0:
         return None
-    raw = _worker_rings.get().take(numel * itemsize)
-    return None if raw is None else raw.view(dtype).view(shape)
+    found = _worker_rings.get().take(numel * dtype.itemsize)
+    return None if found is None else (found[0], found[1].view(dtype).view(shape))
 
 
 # a ring's first batch carries the ring: (key, worker pid, ring tensor, slot bytes, slots)
@@ -283,14 +290,13 @@ def _to_slot(
         return tensor
     found = rings.find(tensor)
     if found is None:
-        copy = _copy_into_slot(tensor)
-        if copy is None:
+        copied = _copy_into_slot(tensor)
+        if copied is None:
             return tensor
-        found = rings.find(copy)
-        if found is None:  # pragma: no cover - a slot just taken is always found
-            return tensor
-        tensor = copy
-    ring, lease, offset = found
+        lease, tensor = copied
+        found = lease, 0
+    lease, offset = found
+    ring = lease.ring
     lease.sent = True  # from here on the main process frees the slot
     if not ring.announced:
         ring.announced = True
@@ -300,19 +306,20 @@ def _to_slot(
     return ref
 
 
-def _copy_into_slot(tensor: torch.Tensor) -> torch.Tensor | None:
-    """``tensor`` copied into a free slot (its strides kept when it is dense), or None."""
+def _copy_into_slot(tensor: torch.Tensor) -> tuple[_Lease, torch.Tensor] | None:
+    """``tensor`` copied to the start of a free slot (its strides kept when it is dense)."""
     dense = tensor.is_contiguous() or (
         tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last)
     )
     if not dense:
         tensor = tensor.contiguous()
-    slot = ring_buffer((tensor.numel(),), tensor.dtype)
-    if slot is None:
+    found = _take((tensor.numel(),), tensor.dtype)
+    if found is None:
         return None
+    lease, slot = found
     out = slot.as_strided(tensor.shape, tensor.stride())
     out.copy_(tensor)
-    return out
+    return lease, out
 
 
 # ---- the main process ----------------------------------------------------------------------
