@@ -174,7 +174,7 @@ class Opts:
     seconds: float
     rounds: int
     start_method: str | None
-    persistent: bool | None  # None: batched_loader's default
+    persistent: bool  # persistent_workers of every worker loader (False: --restart)
     out: Callable[[str], None] = print
     device: str | None = None  # the GPU tables' device; None: CUDA absent, host parts only
 
@@ -258,7 +258,7 @@ def _loader_kwargs(workers: int, mode: str, opts: Opts) -> dict[str, Any]:
     elif workers:
         if opts.start_method:
             kwargs["multiprocessing_context"] = opts.start_method
-        kwargs["persistent_workers"] = opts.persistent is not False
+        kwargs["persistent_workers"] = opts.persistent
     return kwargs
 
 
@@ -347,6 +347,16 @@ def calibrate(model: Model, batch: Any, read_s: float) -> int:
     return model.iters
 
 
+def two_against_zero(name: str, title: str, measure: Callable[[int], Metrics], opts: Opts) -> Check:
+    """``measure(2)`` against ``measure(0)`` (worker processes), rounds alternated: >= 0.9."""
+    rates = run_rounds(
+        name, {f"{name} nw=0": lambda: measure(0), f"{name} nw=2": lambda: measure(2)}, opts
+    )
+    opts.out(format_rates(title, rates, "samples/s"))
+    two, zero = rates[f"{name} nw=2"]["rate"], rates[f"{name} nw=0"]["rate"]
+    return Check(f"{name}: nw=2 / nw=0", ratios(two, zero), 0.9)
+
+
 def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
     """The issue's 2-core measures (W1, W2, W2s, main-process CPU, training loop)."""
     s, out = opts.seconds, opts.out
@@ -365,11 +375,7 @@ def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
             "W1 nw=2": lambda: timed_stream(shuffled_stream(w1, BIG, 2, "process", opts), s),
             "read one batch in-process (nw=0)": lambda: read_cpu(w1, s),
             "index order alone (sampler)": lambda: sampler_cpu(n, s),
-            **(
-                {}
-                if opts.persistent is False
-                else {PERSISTENT: lambda: timed_stream(restarted(), s)}
-            ),
+            **({PERSISTENT: lambda: timed_stream(restarted(), s)} if opts.persistent else {}),
         },
         opts,
     )
@@ -411,19 +417,12 @@ def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
         loader, sampler = chunk_stream(w2, workers, "process", opts)
         return timed_stream(loader, s, sampler=sampler)
 
-    w2_rates = run_rounds(
-        "W2", {"W2 nw=0": lambda: chunked(0), "W2 nw=2": lambda: chunked(2)}, opts
-    )
-    out(
-        format_rates(
-            f"W2: {n:,} rows, 64-row chunks, gzip-1 + shuffle, ChunkShuffleSampler",
-            w2_rates,
-            "samples/s",
-        )
-    )
     checks.append(
-        Check(
-            "W2: nw=2 / nw=0", ratios(w2_rates["W2 nw=2"]["rate"], w2_rates["W2 nw=0"]["rate"]), 0.9
+        two_against_zero(
+            "W2",
+            f"W2: {n:,} rows, 64-row chunks, gzip-1 + shuffle, ChunkShuffleSampler",
+            chunked,
+            opts,
         )
     )
 
@@ -431,21 +430,12 @@ def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
         loader = shuffled_stream(w2s, SMALL, workers, "process", opts)
         return timed_stream(loader, s, warm_epochs=1)
 
-    w2s_rates = run_rounds(
-        "W2s", {"W2s nw=0": lambda: small(0), "W2s nw=2": lambda: small(2)}, opts
-    )
-    out(
-        format_rates(
-            f"W2s: {W2S_ROWS:,} rows, gzip-1 + shuffle, shuffle=True, after one warm epoch",
-            w2s_rates,
-            "samples/s",
-        )
-    )
     checks.append(
-        Check(
-            "W2s: nw=2 / nw=0",
-            ratios(w2s_rates["W2s nw=2"]["rate"], w2s_rates["W2s nw=0"]["rate"]),
-            0.9,
+        two_against_zero(
+            "W2s",
+            f"W2s: {W2S_ROWS:,} rows, gzip-1 + shuffle, shuffle=True, after one warm epoch",
+            small,
+            opts,
         )
     )
 
@@ -820,7 +810,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds,
         max(1, args.rounds),
         args.start_method,
-        False if args.restart else None,
+        not args.restart,
         device=device,
     )
     began = time.perf_counter()
@@ -830,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{opts.rounds} alternating rounds (median of per-round ratios), up to {seconds:g} s per "
         f"measurement, start method {method}, "
-        f"persistent_workers={'False' if args.restart else 'True'}"
+        f"persistent_workers={opts.persistent}"
     )
     if args.gpu:
         name = torch.cuda.get_device_name() if device == "cuda" else device
