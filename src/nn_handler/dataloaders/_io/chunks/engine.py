@@ -322,12 +322,12 @@ class ChunkEngine:
                 raise
             shared.settle(fill, ok=True)
         others = shared.pending(others)  # most of them were filled meanwhile
-        extra = {b: self.geometry.empty_block() for b in others}
-        self._fill(dset, list(extra.items()))
         flat = shared.arena.reshape(-1, *self.geometry.row_shape)
-        if not extra:
+        if not others:  # every epoch after the first: one gather, nothing else
             np.take(flat, idx, axis=0, out=out, mode="clip")  # idx was checked against length
             return out
+        extra = {b: self.geometry.empty_block() for b in others}
+        self._fill(dset, list(extra.items()))
         outside = np.isin(blocks, others)
         self._gather_mixed(flat, idx, outside, idx, blocks, extra, out, None)
         return out
