@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,12 +14,30 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from helpers.files import write_layout
+from helpers.snippets import START_METHOD_ENV
 
 # Property tests check what an example gives, not how long it takes: hypothesis' per-example
 # deadline (200 ms) and its too-slow health check fail on a busy 2-core CI machine (an example
 # that once took 41 s under load was reported as "flaky"). Hangs are pytest-timeout's job.
 settings.register_profile("nn_handler", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("nn_handler")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--start-method",
+        choices=("fork", "spawn", "forkserver"),
+        default=None,
+        help="multiprocessing's default start method for the whole run, as a user's Python "
+        "has it (forkserver: Linux on Python 3.14+); tests that name a method keep theirs",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    method = config.getoption("--start-method")
+    if method is not None:  # torch.multiprocessing and DataLoader follow this default
+        multiprocessing.set_start_method(method, force=True)
+        os.environ[START_METHOD_ENV] = method  # for DDP ranks, which start as spawn children
 
 
 @pytest.fixture

@@ -28,6 +28,9 @@ _OPTIONS = re.compile(r"<!--\s*snippet:(?P<body>.*?)-->\s*\n\Z")
 
 # Warnings that depend on the machine, not on the snippet: more workers than this machine's
 # cores (the docs ask for what a training machine has), and pin_memory=True without CUDA.
+# pytest --start-method=M: the default start method of the run, for processes it starts too
+START_METHOD_ENV = "NN_HANDLER_TEST_START_METHOD"
+
 MACHINE_WARNINGS = (
     "This DataLoader will create",
     "'pin_memory' argument is set as true but no accelerator is found",
@@ -79,25 +82,31 @@ def ignore_machine_warnings() -> None:
 
 
 def run_in_rank(
-    codes: list[tuple[str, str, int]], folder: str, keep: tuple[str, ...]
+    codes: list[tuple[str, str, int]],
+    folder: str,
+    keep: tuple[str, ...],
+    ignore: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run ``(code, file name, first line)`` pieces in one namespace on a DDP rank.
 
     For ``helpers.ddp.run_ddp``: changes into ``folder``, records every warning (spawned ranks
     do not inherit pytest's warning filters, and a warning raised as an error on one rank only
     would leave the others waiting), and returns the namespace's ``keep`` names and the
-    warnings' messages.
+    warnings' messages. ``ignore``: more machine warnings of this snippet (message starts).
     """
     os.chdir(folder)
     # Under torchrun every rank is a fresh interpreter with the platform's default start method
     # (fork on Linux before Python 3.14). run_ddp's ranks are spawn children, and those inherit
     # "spawn" as their default: each DataLoader worker would re-import torch (about 50 s for the
     # 8 workers of a 2-rank snippet on 2 cores). Back to the default, as under torchrun.
-    multiprocessing.set_start_method(None, force=True)
+    # (--start-method forkserver sets the default of Python 3.14+ for them too)
+    multiprocessing.set_start_method(os.environ.get(START_METHOD_ENV) or None, force=True)
     namespace: dict[str, Any] = {"__name__": "__snippet__"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ignore_machine_warnings()
+        for message in ignore:
+            warnings.filterwarnings("ignore", message=re.escape(message))
         for code, filename, line in codes:
             exec(compile("\n" * line + code, filename, "exec"), namespace)
     return {

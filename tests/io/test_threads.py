@@ -169,3 +169,98 @@ def test_dataloader_workers_decode_in_parallel(make_h5, method):
     ys = np.concatenate(seen_y)
     assert sorted(ys.tolist()) == list(range(203))
     np.testing.assert_array_equal(np.concatenate(seen_x), h5_rows(path, "x", ys))
+
+
+def _after(gate, value):
+    gate.wait(30)
+    return value
+
+
+def test_park_lets_the_work_at_hand_finish_and_unpark_runs_what_waited():
+    pool = threads_module._Pool(2)
+    gate = threading.Event()
+    running = pool.submit(lambda v: _after(gate, v), "running", 0)
+    threading.Timer(0.2, gate.set).start()
+    assert pool.park(timeout=30)  # waits for the running work, then every thread is gone
+    assert running.result(timeout=0) == "running"
+    assert not any(t.is_alive() for t in pool.executor._threads)
+    waiting = pool.submit(lambda v: v * 2, 21, 0)  # parked: queued, not started
+    assert not waiting.done()
+    pool.unpark()
+    assert waiting.result(timeout=30) == 42
+    assert pool.submit(thread_name, 0, 0).result(timeout=30).startswith("nn_handler-decode")
+    pool.executor.shutdown()
+
+
+def test_park_gives_up_after_its_timeout_on_a_stuck_work():
+    pool = threads_module._Pool(1)
+    gate = threading.Event()
+    stuck = pool.submit(lambda v: _after(gate, v), 7, 0)
+    assert not pool.park(timeout=0.2)  # said, not waited for without a bound
+    gate.set()
+    assert stuck.result(timeout=30) == 7
+    pool.unpark()
+    pool.executor.shutdown()
+
+
+_FORK_PROBE = """
+import json, os, sys, threading
+
+forks = []
+
+
+def record():  # registered before nn_handler's hooks, so it runs after them
+    with open(f"/proc/{os.getpid()}/stat", "rb") as f:
+        native = int(f.read().rsplit(b")", 1)[1].split()[17])
+    forks.append([native, sorted(t.name for t in threading.enumerate())])
+
+
+os.register_at_fork(before=record)
+
+import torch
+
+torch.set_num_threads(1)  # with the environment: any thread left at a fork is one of ours
+
+from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
+from nn_handler.dataloaders._io import process
+
+set_decode_threads(2)
+ds = H5LazyDataset(sys.argv[1], "x", "y")
+ds[list(range(0, 200, 7))]  # the decode threads start
+process._watcher.get()  # and the collection watcher
+ours = sorted(t.name for t in threading.enumerate() if t.name.startswith("nn_handler-"))
+loader = batched_loader(
+    ds, 16, shuffle=True, num_workers=2, multiprocessing_context="fork", timeout=60
+)
+ys = torch.cat([y for _, y in loader]).tolist()
+again = ds[[3, 150, 4]][1].tolist()  # the pool serves this process again after the forks
+print(json.dumps({"ours": ours, "forks": forks, "ys": ys, "again": again}))
+"""
+
+
+def test_no_thread_of_ours_is_alive_at_a_fork(make_h5, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = make_h5({"x": (images(203), "gzip-shuffle"), "y": np.arange(203)})
+    script = tmp_path / "probe.py"
+    script.write_text(_FORK_PROBE)
+    # NumPy's OpenBLAS and torch's OpenMP pools start threads of their own: one thread each
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script), path],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert any(n.startswith("nn_handler-decode") for n in report["ours"])
+    assert "nn_handler-gc" in report["ours"]
+    assert len(report["forks"]) == 2  # one per DataLoader worker
+    # one thread in the process at each fork: what Python 3.12+ checks before it warns
+    assert report["forks"] == [[1, ["MainThread"]]] * 2
+    assert sorted(report["ys"]) == list(range(203))
+    assert report["again"] == [3, 150, 4]

@@ -28,6 +28,7 @@ __all__ = [
     "ChunkAware",
     "ChunkWindowed",
     "EpochAware",
+    "ForkOnly",
     "PlansWindow",
     "RankSharded",
     "ReadsAhead",
@@ -36,6 +37,7 @@ __all__ = [
     "VariableBlocks",
     "WrapsSampler",
     "indexes_batches",
+    "is_fork_only",
     "is_rank_sharded",
     "set_epoch_once",
     "splits_across_ranks",
@@ -155,6 +157,30 @@ class ReadsAhead(Protocol):
     reads_release_gil: bool
 
     def prefetch(self, indices: Any) -> None: ...
+
+
+@runtime_checkable
+class ForkOnly(Protocol):
+    """A dataset whose state a fork shares but a pickle would copy (``fork_only`` says so now).
+
+    A rank cache in this process's private memory: a spawn or forkserver worker would receive
+    it moved into ``/dev/shm``, so a loader choosing the start method keeps ``fork`` for it.
+    """
+
+    fork_only: bool
+
+
+def is_fork_only(dataset: Any) -> bool:
+    """Whether ``dataset`` (or the dataset a batch view wraps) is ``ForkOnly`` right now."""
+    if isinstance(dataset, ForkOnly):
+        return dataset.fork_only
+    inner = dataset.dataset if isinstance(dataset, _Wraps) else None
+    return inner is not None and inner is not dataset and is_fork_only(inner)
+
+
+@runtime_checkable
+class _Wraps(Protocol):
+    dataset: Any
 
 
 @runtime_checkable

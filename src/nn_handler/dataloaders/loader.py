@@ -40,6 +40,7 @@ from .._validate import (
 from . import _sharding
 from ._io.rows.plan import WindowPlan
 from ._loader.readahead import ReadaheadSampler
+from ._loader.start_method import SafeStartDataLoader
 from ._loader.thread_loader import ThreadedDataLoader
 from ._protocols import (
     ChunkAware,
@@ -292,7 +293,7 @@ def batched_loader(
             sampler = SequentialSampler(view)
         if sampler is not None:
             sampler = _with_readahead(dataset, sampler, batch_size)
-    return DataLoader(
+    return SafeStartDataLoader(
         view,
         batch_size=batch_size,
         shuffle=shuffle and sampler is None,

@@ -85,6 +85,8 @@ def as_index_array(indices: Any, length: int) -> IndexArray:
         first = int(arr[np.argmax(arr >= length)])
         raise IndexError(f"index {first} is out of range for a dataset of length {length}")
     out = arr.astype(np.int64, copy=True)
+    if out.min() >= 0 and out.max() < length:  # the common case, in two reductions
+        return out
     bad = (out < -length) | (out >= length)
     if bad.any():
         first = int(out[np.argmax(bad)])

@@ -21,13 +21,16 @@ import contextlib
 import gc
 import os
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from queue import SimpleQueue
 from typing import Any, Generic, TypeVar
 
 __all__ = [
     "PerProcess",
+    "around_fork",
     "collection_paused",
+    "join_threads",
     "pause_collection_until_h5py_returns",
     "process_alive",
     "process_generation",
@@ -40,6 +43,7 @@ _make_lock = threading.Lock()
 _paused_lock = threading.Lock()
 _paused = 0  # pauses now in force (threads inside collection_paused(), handed-over pauses)
 _was_enabled = False
+_STOP = 0  # told to a watcher thread instead of a thread ident (never 0) to make it exit
 
 
 def process_generation() -> int:
@@ -117,13 +121,16 @@ class _Watcher:
         self.queue: SimpleQueue[int] = SimpleQueue()
         self.handed: set[int] = set()  # threads whose pause is not over yet
         self.generation = _generation
-        threading.Thread(target=self._run, name="nn_handler-gc", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name="nn_handler-gc", daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         from h5py._objects import phil
 
         while True:
             thread = self.queue.get()
+            if thread == _STOP:
+                return
             phil.acquire()  # free only once the thread that paused is out of its h5py call
             phil.release()
             with _paused_lock:
@@ -160,7 +167,70 @@ def _after_fork_in_child() -> None:
     _paused = 0
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _stop_watcher_before_fork() -> None:
+    """End this process's idle watcher thread, so that no thread of ours is alive at a fork.
+
+    A watcher with a pause still to end (a thread inside an h5py call) is left running: the
+    next ``pause_collection_until_h5py_returns`` starts a new one when needed.
+    """
+    with _paused_lock:
+        watcher = _watcher.peek()
+        if watcher is None or watcher.handed:
+            return
+        _watcher.pop()
+    watcher.queue.put(_STOP)
+    join_threads([watcher.thread], 1.0)
+
+
+_before_fork: list[Callable[[], None]] = [_stop_watcher_before_fork]
+_after_fork_in_parent: list[Callable[[], None]] = []
+
+
+def around_fork(before: Callable[[], None], after_in_parent: Callable[[], None]) -> None:
+    """Call ``before()`` ahead of every fork of this process and ``after_in_parent()`` after.
+
+    For holders of threads: stop them in ``before`` so that no thread of ours is alive (or
+    holds a lock) when the process forks, and start them again in ``after_in_parent``.
+    """
+    _before_fork.append(before)
+    _after_fork_in_parent.append(after_in_parent)
+
+
+def join_threads(threads: Iterable[threading.Thread], timeout: float) -> bool:
+    """Join ``threads`` and wait until the system has ended them too; False after ``timeout``.
+
+    ``Thread.join`` returns once the thread's Python part is done, while the system thread
+    is still exiting; a fork at that moment copies a process that still has it (Python 3.12+
+    counts it and warns). Where ``/proc`` lists threads, wait for each to leave it.
+    """
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return False
+        task = f"/proc/{os.getpid()}/task/{thread.native_id}"
+        while os.path.exists(task):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0002)
+    return True
+
+
+def _run_before_fork() -> None:
+    for hook in reversed(_before_fork):
+        hook()
+
+
+def _run_after_fork_in_parent() -> None:
+    for hook in _after_fork_in_parent:
+        hook()
+
+
+os.register_at_fork(
+    before=_run_before_fork,
+    after_in_parent=_run_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 class PerProcess(Generic[T]):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import os
 import threading
 from collections import deque
@@ -30,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from ...._validate import check_parallel, usable_cores
-from ..process import PerProcess
+from ..process import PerProcess, around_fork, join_threads
 
 __all__ = [
     "decode_threads",
@@ -42,6 +43,8 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_log = logging.getLogger(__name__)
 
 ENV_VAR = "NN_HANDLER_DECODE_THREADS"
 _IN_FLIGHT_PER_THREAD = 4  # queued tasks per thread: keeps threads busy, bounds memory
@@ -65,13 +68,36 @@ class _Pool:
         self._works: list[_Work] = []
         self._order = itertools.count()
         self._runners = 0
+        self._parked = False  # while this process forks: no runner starts or goes on
+
+    def park(self, timeout: float) -> bool:
+        """Let this pool's threads finish their work at hand and exit; True once all have.
+
+        Works submitted meanwhile wait in the heap for ``unpark``. Called before this process
+        forks, so that no decode thread is alive (or holds a lock) at the fork.
+        """
+        with self._lock:
+            self._parked = True
+            executor = self.executor
+        executor.shutdown(wait=False)  # idle threads exit; a runner exits after its work
+        return join_threads(list(executor._threads), timeout)
+
+    def unpark(self) -> None:
+        """Start threads again after ``park``, with runners for the works that waited."""
+        with self._lock:
+            self._parked = False
+            self.executor = ThreadPoolExecutor(self.size, thread_name_prefix="nn_handler-decode")
+            start = max(0, min(self.size - self._runners, len(self._works)))
+            self._runners += start
+            for _ in range(start):
+                self.executor.submit(self._run)
 
     def submit(self, fn: Callable[[T], R], item: T, priority: int) -> Future[R]:
         future: Future[R] = Future()
         work: _Work = (priority, next(self._order), fn, item, future)
         with self._lock:
             heapq.heappush(self._works, work)
-            start = self._runners < self.size
+            start = self._runners < self.size and not self._parked
             self._runners += start
         if start:
             try:
@@ -88,7 +114,7 @@ class _Pool:
     def _run(self) -> None:
         while True:
             with self._lock:
-                if not self._works:
+                if not self._works or self._parked:
                     self._runners -= 1
                     return
                 _, _, fn, item, future = heapq.heappop(self._works)
@@ -212,3 +238,28 @@ def _drop_pool() -> None:
     _pool.pop()
     if own is not None:
         own.executor.shutdown(wait=False)
+
+
+_PARK_TIMEOUT = 10.0  # seconds a fork waits for decode threads to finish the work at hand
+
+
+def _park_before_fork() -> None:
+    pool = _pool.peek()
+    if pool is not None and not pool.park(_PARK_TIMEOUT):
+        _log.warning(
+            "nn_handler: a decode thread was still busy after %.0f s when this process forked; "
+            "the child may inherit a lock it held",
+            _PARK_TIMEOUT,
+        )
+
+
+def _unpark_after_fork() -> None:
+    pool = _pool.peek()
+    if pool is not None:
+        pool.unpark()
+
+
+# No decode thread of ours is alive when this process forks (a DataLoader worker, any fork):
+# a thread that holds a lock at the fork (h5py's, an allocator's) leaves the child waiting for
+# it forever, and Python 3.12+ warns about every fork of a multi-threaded process.
+around_fork(_park_before_fork, _unpark_after_fork)
