@@ -6,7 +6,9 @@ every row, the rows of both processes together must be the file's rows exactly o
 of the epoch), in another order each epoch; our samplers notice accelerate and hand it the whole
 epoch. Over ``RankMemCachedH5Dataset`` (already one shard per process) ``prepare`` must refuse
 with a message naming the fix. Resume from accelerate's ``use_stateful_dataloader=True`` state and
-from a plain torchdata ``StatefulDataLoader`` must be exact.
+from a plain torchdata ``StatefulDataLoader`` must be exact. accelerate's ``even_batches``
+(docs/integrations.md): its default repeats exactly the pad it implies, from the start of the
+epoch, in every loader (a plain ``DataLoader`` too); ``even_batches=False`` gives every row once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import h5py
+import numpy as np
 import pytest
 
 from helpers.ddp import free_port, run_ddp
@@ -259,3 +263,134 @@ def test_settings_that_split_silently_are_exact_or_refused(tmp_path):
                 per_rank = [rank["rows"][f"{setting}/{case}"][epoch] for rank in ranks]
                 assert isinstance(per_rank[0], list), f"{setting}/{case}: {per_rank[0]}"
                 check_exactly_once(per_rank, ROWS, max_repeats=WORLD * BATCH - 1)
+
+
+# --- even_batches: accelerate's pad, and the exact epoch without it -------------------------------
+
+#: 1,003 rows: 32 batches, 16 on each process, the last one short; 971 rows: 31 batches, so the
+#: processes get 16 and 15 (the expected counts below are derived, not written out)
+EVEN_SIZES = (ROWS, ROWS - BATCH)
+#: a plain DataLoader(shuffle=True), batched_loader(shuffle=True), our DistributedEpochSampler
+EVEN_CASES = ("lazy_plain", "lazy_batched", "dist")
+GLOBAL_BATCH = WORLD * BATCH
+
+
+def _write_values(path: Path, rows: int) -> Path:
+    """``write_indexed`` with columns 1..3 of ``x`` random, so a batch's values say something."""
+    write_indexed(path, rows=rows)
+    with h5py.File(path, "r+") as f:
+        f["x"][:, 1:] = np.random.default_rng(rows).standard_normal((rows, 3), dtype=np.float32)
+    return path
+
+
+def _even_batches_rank(paths: dict[int, str]) -> dict[str, Any]:
+    """Two epochs of every case over every file, with ``even_batches`` True (default) and False."""
+    from accelerate import Accelerator, DataLoaderConfiguration
+
+    runs: dict[tuple[bool, int, str], Any] = {}
+    for even in (True, False):
+        accelerator = Accelerator(
+            cpu=True, dataloader_config=DataLoaderConfiguration(even_batches=even)
+        )
+        for rows, path in paths.items():
+            for case in EVEN_CASES:
+                loader = accelerator.prepare(make_loader(case, Path(path)))
+                epochs, gathered = [], []
+                for _ in range(2):
+                    batches, metrics = [], []
+                    for x, y in loader:
+                        batches.append((batch_rows((x, y)), x.numpy()))
+                        if even:  # a gather needs the same batch shape on every process
+                            metrics += accelerator.gather_for_metrics(y).tolist()
+                    epochs.append(batches)
+                    gathered.append(metrics)
+                run = {"epochs": epochs, "gathered": gathered, "len": len(loader)}
+                runs[even, rows, case] = run
+    return {"runs": runs, "rank": accelerator.process_index}
+
+
+@pytest.fixture(scope="module")
+def even_batches_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], dict[int, Any]]:
+    """Every process's batches (one launch for both tests) and each file's ``x``, read by h5py."""
+    folder = tmp_path_factory.mktemp("even_batches")
+    paths = {rows: _write_values(folder / f"rows{rows}.h5", rows) for rows in EVEN_SIZES}
+    ranks = run_ddp(
+        _even_batches_rank,
+        WORLD,
+        folder / "out",
+        {rows: str(p) for rows, p in paths.items()},
+        timeout=150,
+    )
+    assert [rank["rank"] for rank in ranks] == list(range(WORLD))
+    values = {}
+    for rows, path in paths.items():
+        with h5py.File(path, "r") as f:
+            values[rows] = f["x"][:]
+    return ranks, values
+
+
+def _per_rank(ranks: list[Any], even: bool, rows: int, case: str, epoch: int) -> list[Any]:
+    return [rank["runs"][even, rows, case]["epochs"][epoch] for rank in ranks]
+
+
+def _check_values(per_rank: list[Any], x: np.ndarray) -> None:
+    """Every batch holds the file's values of its rows (a direct h5py read), padded rows too."""
+    for batches in per_rank:
+        for rows, values in batches:
+            np.testing.assert_array_equal(values, x[rows])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_even_batches_default_repeats_the_start_of_each_epoch(even_batches_runs):
+    """accelerate's default fills the last round of batches from the start of the epoch."""
+    ranks, values = even_batches_runs
+    for rows in EVEN_SIZES:
+        pad = -rows % GLOBAL_BATCH  # up to the next whole round: one full batch per process
+        assert 0 < pad <= GLOBAL_BATCH - 1
+        rounds = (rows + pad) // GLOBAL_BATCH
+        for case in EVEN_CASES:
+            runs = [rank["runs"][True, rows, case] for rank in ranks]
+            assert [run["len"] for run in runs] == [rounds] * WORLD, (rows, case)
+            for epoch in range(2):
+                per_rank = _per_rank(ranks, True, rows, case, epoch)
+                sizes = [[len(batch) for batch, _ in batches] for batches in per_rank]
+                assert sizes == [[BATCH] * rounds] * WORLD, (rows, case)
+                _check_values(per_rank, values[rows])
+                flat = [[row for batch, _ in batches for row in batch] for batches in per_rank]
+                repeats = check_exactly_once(flat, rows, max_repeats=GLOBAL_BATCH - 1)
+                assert repeats == pad, (rows, case, repeats)
+                # the pad is the head of this epoch's order: the first round, in process order
+                first = [row for batches in per_rank for row in batches[0][0]]
+                last = [row for batches in per_rank for row in batches[-1][0]]
+                assert last[-pad:] == first[:pad], (rows, case)
+                # gather_for_metrics drops the pad: evaluation sees every row once
+                for run in runs:
+                    assert sorted(run["gathered"][epoch]) == list(range(rows)), (rows, case)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_even_batches_false_gives_every_row_exactly_once(even_batches_runs):
+    """``even_batches=False``: no pad; the last batch is short and a process may get one fewer."""
+    ranks, values = even_batches_runs
+    counts_seen = set()
+    for rows in EVEN_SIZES:
+        batches = -(-rows // BATCH)  # the loader's own batches; accelerate deals them round-robin
+        counts = [len(range(rank, batches, WORLD)) for rank in range(WORLD)]
+        counts_seen.add(tuple(counts))
+        short = rows - (batches - 1) * BATCH  # the last batch, on process (batches - 1) % WORLD
+        for case in EVEN_CASES:
+            runs = [rank["runs"][False, rows, case] for rank in ranks]
+            assert [run["len"] for run in runs] == counts, (rows, case)
+            for epoch in range(2):
+                per_rank = _per_rank(ranks, False, rows, case, epoch)
+                assert [len(batches) for batches in per_rank] == counts, (rows, case)
+                assert len(per_rank[(batches - 1) % WORLD][-1][0]) == short, (rows, case)
+                sizes = sorted(len(batch) for batches in per_rank for batch, _ in batches)
+                assert sizes == [short] + [BATCH] * (batches - 1), (rows, case)
+                _check_values(per_rank, values[rows])
+                flat = [[row for batch, _ in batches for row in batch] for batches in per_rank]
+                assert check_exactly_once(flat, rows, max_repeats=0) == 0
+    # both situations were run: equal batch counts, and one process a batch short
+    assert {len(set(counts)) for counts in counts_seen} == {1, 2}
