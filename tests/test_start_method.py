@@ -139,3 +139,15 @@ def test_a_private_rank_cache_keeps_fork(h5, monkeypatch, caplog):
         assert worker_context(None, BatchedDataset(private)) is None
     assert "pass share_memory=True for forkserver workers" in caplog.text
     assert worker_context(None, BatchedDataset(shared)) is multiprocessing.get_context("forkserver")
+
+
+def test_what_does_not_pickle_keeps_fork(h5, monkeypatch, caplog):
+    monkeypatch.setattr(start_method, "other_threads", lambda: ["CUDA"])
+    monkeypatch.setattr(start_method, "_said", set())
+    ds = H5LazyDataset(h5, "x", "y", transform=lambda x: x * 2)  # a lambda: fork only
+    with caplog.at_level("WARNING", logger="nn_handler.dataloaders"):
+        assert worker_context(None, ds) is None
+    assert "does not pickle" in caplog.text and "module level" in caplog.text
+    loader = batched_loader(ds, 16, num_workers=1, timeout=60)
+    xs = np.concatenate([x.numpy() for x, _ in loader])
+    np.testing.assert_array_equal(xs, h5_rows(h5, "x") * 2)

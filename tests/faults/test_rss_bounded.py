@@ -119,7 +119,9 @@ def _is_worker(proc: Any) -> bool:
         line = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    return "resource_tracker" not in line and "forkserver" not in line
+    # not multiprocessing's helpers (a pytest run may have "forkserver" in its own arguments)
+    helpers = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+    return not any(helper in line for helper in helpers)
 
 
 def _record(name: str, per_epoch: list[dict[str, int]], growth: dict[str, int]) -> None:

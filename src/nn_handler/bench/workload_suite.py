@@ -191,8 +191,16 @@ def _h5torch(case: _Case, workers: int) -> Iterable[Any] | None:
         return None
     ds = h5torch.Dataset(case.path)
     gen = torch.Generator().manual_seed(0)
+    # h5torch's Dataset holds an open h5py File, which cannot be pickled: it reaches workers
+    # only by fork, what its users must ask for where forkserver is the default (Python 3.14)
+    context = "fork" if workers else None
     return DataLoader(
-        ds, batch_size=case.batch_size, shuffle=True, num_workers=workers, generator=gen
+        ds,
+        batch_size=case.batch_size,
+        shuffle=True,
+        num_workers=workers,
+        generator=gen,
+        multiprocessing_context=context,
     )
 
 

@@ -25,6 +25,7 @@ import sys
 import threading
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
 from types import FrameType
 from typing import Any
 
@@ -55,7 +56,7 @@ class SafeStartDataLoader(DataLoader[Any]):
 
     def _get_iterator(self) -> Any:
         if self.num_workers > 0 and (self.multiprocessing_context is None or self._context_chosen):
-            context = worker_context(None, self.dataset)
+            context = worker_context(None, self.dataset, (self.collate_fn, self.worker_init_fn))
             self.multiprocessing_context = context
             self._context_chosen = context is not None
         return super()._get_iterator()
@@ -82,12 +83,16 @@ def other_threads() -> list[str]:
     return found
 
 
-def worker_context(requested: object, dataset: Any = None) -> BaseContext | None:
+def worker_context(
+    requested: object, dataset: Any = None, sent: tuple[Any, ...] = ()
+) -> BaseContext | None:
     """The start method for a loader's workers about to start: None keeps torch's default.
 
     Args:
         requested: The ``multiprocessing_context`` the user gave (None when none): kept.
         dataset: The loader's dataset: one that only a fork shares (``ForkOnly``) keeps fork.
+        sent: What else a worker receives (collate_fn, worker_init_fn, ...): forkserver is
+            chosen only when it and the dataset pickle (a lambda transform does not).
     """
     if requested is not None or multiprocessing.get_start_method() != "fork":
         return None
@@ -103,6 +108,14 @@ def worker_context(requested: object, dataset: Any = None) -> BaseContext | None
         )
         return None
     if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not Linux
+        return None
+    unpicklable = _pickle_error((dataset, *sent))
+    if unpicklable:
+        _say_once(
+            f"this process runs threads ({', '.join(threads)}), but what the workers receive "
+            f"does not pickle ({unpicklable}): DataLoader workers start with fork; define "
+            "transforms and functions at module level for forkserver workers"
+        )
         return None
     if not _main_reimport_is_safe():
         _say_once(
@@ -121,6 +134,15 @@ def worker_context(requested: object, dataset: Any = None) -> BaseContext | None
     )
     _preload()
     return multiprocessing.get_context("forkserver")
+
+
+def _pickle_error(payload: Any) -> str:
+    """Why ``payload`` does not pickle as a worker would receive it; empty when it does."""
+    try:
+        ForkingPickler.dumps(payload)
+    except Exception as exc:  # any failure means: do not send it pickled
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def _preload() -> None:

@@ -203,6 +203,9 @@ def _shape(value: Any, what: str) -> tuple[int, int]:
     return dims[0], dims[1]
 
 
+_NULLABLE_STRINGS = "nullable-string-array"
+
+
 def _index_key(f: h5py.File, frame: str, length: int) -> str | None:
     """The index dataset of an AnnData dataframe group, when it has ``length`` entries."""
     group = f.get(frame)
@@ -210,6 +213,9 @@ def _index_key(f: h5py.File, frame: str, length: int) -> str | None:
         return None
     name = _attr_str(group, "_index") or "_index"
     dset = group.get(name)
+    if isinstance(dset, h5py.Group) and _attr_str(dset, "encoding-type") == _NULLABLE_STRINGS:
+        # anndata >= 0.13 with pandas 3 writes string indexes as {values, mask}
+        name, dset = f"{name}/values", dset.get("values")
     if isinstance(dset, h5py.Dataset) and dset.shape == (length,):
         return f"{frame}/{name}"
     return None

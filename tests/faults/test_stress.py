@@ -1,0 +1,108 @@
+"""Fault cases looped under load: CPU burners on every core and a thread making cyclic garbage.
+
+Each case runs in a subprocess of its own session with a bound, so a hang is a failure that
+names the loop it happened in, never a stuck test run (its DataLoader workers are killed with
+it). ``NN_HANDLER_STRESS_LOOPS`` sets the loops (CI: the default; before a release: 200).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.stress, pytest.mark.slow]
+
+LOOPS = int(os.environ.get("NN_HANDLER_STRESS_LOOPS", "8"))
+BOUND_S = 20.0  # issue 30: no result slower than this, under load
+
+# A chunked, uncompressed file read by H5LazyDataset with 2 fork workers; a new file is renamed
+# over it between two epochs: the second epoch must raise FileChangedError.
+_REPLACED = """
+import os, sys, threading, time
+
+import h5py
+import numpy as np
+from torch.utils.data import DataLoader
+
+from nn_handler.dataloaders import FileChangedError, H5LazyDataset
+
+folder = sys.argv[1]
+
+
+def litter(stop):
+    while not stop.is_set():
+        cycle = [h5py.File(os.path.join(folder, "g.h5"), "w")]
+        cycle.append(cycle)  # freed by a collection, on whichever thread it runs
+        cycle[0].close()
+        time.sleep(0.001)
+
+
+def write(path, offset, pad):
+    with h5py.File(path, "w") as f:
+        if pad:
+            f.create_dataset("pad", data=np.zeros(16, np.float32))
+        data = np.arange(400 * 16, dtype=np.float32).reshape(400, 16) + offset
+        f.create_dataset("x", data=data, chunks=(8, 16))
+
+
+stop = threading.Event()
+threading.Thread(target=litter, args=(stop,), daemon=True).start()
+path = os.path.join(folder, "r.h5")
+write(path, 0, False)
+loader = DataLoader(
+    H5LazyDataset(path, "x"), batch_size=10, num_workers=2, multiprocessing_context="fork"
+)
+assert next(iter(loader))[0, 0].item() == 0
+write(os.path.join(folder, "new.h5"), 1000, True)
+os.replace(os.path.join(folder, "new.h5"), path)
+try:
+    for _ in loader:
+        pass
+except FileChangedError:
+    stop.set()
+    print("raised")
+"""
+
+
+@pytest.fixture
+def burners():
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(len(os.sched_getaffinity(0)))
+    ]
+    yield
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _run_bounded(script: str, folder) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its DataLoader workers die with it when it is late
+    )
+    try:
+        out, err = proc.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        return float("inf"), "no result within the bound"
+    assert proc.returncode == 0, err
+    return time.perf_counter() - start, out.strip()
+
+
+def test_a_file_replaced_between_epochs_raises_within_the_bound_under_load(tmp_path, burners):
+    results = []
+    for loop in range(LOOPS):
+        folder = tmp_path / str(loop)
+        folder.mkdir()
+        results.append(_run_bounded(_REPLACED, folder))
+    slow = [(i, r) for i, r in enumerate(results) if r[0] >= BOUND_S or r[1] != "raised"]
+    assert slow == [], f"{len(slow)} of {LOOPS} loops: {slow}"
