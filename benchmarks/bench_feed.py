@@ -47,6 +47,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 
@@ -63,6 +64,10 @@ from nn_handler.dataloaders import (
 
 ROW_BYTES = 3 * 32 * 32 * 4 + 8  # one decoded W1/W2 row and its int64 label
 BIG, SMALL = 1024, 256  # W1 batches, W2 batches
+# "model only" steps through this many ready W1 batches (120 MB), about what two workers'
+# rings hold (2 x 5 slots): a loop fed by a loader touches each batch fresh from memory, and
+# one batch summed again and again would stay in the cache (0.5 ms a sum against 1.1 ms)
+FRESH_BATCHES = 10
 W2S_ROWS = 20_000
 PERSISTENT = "W1 nw=2, persistent_workers=False (information)"
 Metrics = dict[str, float]
@@ -328,8 +333,12 @@ class Model:
         return total
 
 
-def calibrate(model: Model, batch: Any, read_s: float) -> int:
-    """Set ``model.iters`` so one step lasts about ``read_s`` (this thread, one torch thread)."""
+def calibrate(model: Model, batches: Sequence[Any], read_s: float) -> int:
+    """Set ``model.iters`` so one step lasts about ``read_s`` (this thread, one torch thread).
+
+    The batch is touched as the loop touches it: one of ``batches`` after another, so it comes
+    from memory, not from a cache that a single batch summed again and again would stay in.
+    """
 
     def per_call(fn: Callable[[], Any], calls: int) -> float:
         fn()
@@ -341,7 +350,8 @@ def calibrate(model: Model, batch: Any, read_s: float) -> int:
             times.append((time.perf_counter() - start) / calls)
         return statistics.median(times)
 
-    touch = per_call(lambda: float(batch[0].sum()), 3)
+    turn = itertools.cycle(batches)
+    touch = per_call(lambda: float(next(turn)[0].sum()), len(batches))
     one = per_call(lambda: torch.mm(model.a, model.b), 20)
     model.iters = compute_iters(read_s, touch, one)
     return model.iters
@@ -444,52 +454,133 @@ def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
 
 
 def training_loop(w1: str, opts: Opts) -> Check:
-    """A one-thread CPU training loop fed by 2 workers / on one pre-made batch."""
+    """A one-thread CPU training loop fed by 2 workers / fed by the bare reads (its limit).
+
+    The limit is the same loop whose batches cost only their reads: another process gathers
+    the rows (NumPy from the file's memory map into a reused buffer, as a worker gathers them
+    into its ring) one read per step, up to 4 ahead, and sends nothing. On a machine whose
+    memory bandwidth the loop's own touch of each batch and the reads share, that limit is
+    well below the loop on ready batches ("model only", shown for information).
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         read_s = read_cpu(w1, min(opts.seconds, 2.0))["wall_per_batch"]
         ds = H5LazyDataset(w1, X_KEY, Y_KEY)
-        batch = ds[list(range(BIG))]
+        fresh = max(1, min(FRESH_BATCHES, len(ds) // BIG))
+        batches = [ds[list(range(k * BIG, (k + 1) * BIG))] for k in range(fresh)]
         ds.close()
         model = Model()
-        iters = calibrate(model, batch, read_s)
+        iters = calibrate(model, batches, read_s)
         opts.out(
             f"\ntraining loop: {iters} matmuls of 256×256 per step ≈ one batch read "
             f"({read_s * 1e3:.1f} ms)"
         )
 
         def model_only() -> Metrics:
-            return timed_stream(_Repeat(batch), opts.seconds, step=model.step)
+            return timed_stream(_Repeat(*batches), opts.seconds, step=model.step)
+
+        def beside_reads() -> Metrics:
+            with _BareReads(w1) as reads:
+                return timed_stream(_Repeat(*batches), opts.seconds, step=reads.paced(model.step))
 
         def fed() -> Metrics:
             loader = shuffled_stream(w1, BIG, 2, "process", opts)
             return timed_stream(loader, opts.seconds, step=model.step)
 
-        rates = run_rounds("training loop", {"model only": model_only, "fed by nw=2": fed}, opts)
+        rates = run_rounds(
+            "training loop",
+            {"model only": model_only, READS_ONLY: beside_reads, "fed by nw=2": fed},
+            opts,
+        )
     finally:
         torch.set_num_threads(threads)
     opts.out(
         format_rates("CPU training loop (1 torch thread), batches of 1024", rates, "samples/s")
     )
+    alone = median(ratios(rates["fed by nw=2"]["rate"], rates["model only"]["rate"]))
+    limit = median(ratios(rates[READS_ONLY]["rate"], rates["model only"]["rate"]))
+    opts.out(
+        f"\n(information) fed by nw=2 / model only on ready batches: {alone:.2f}×; the bare "
+        f"reads alone leave the loop {limit:.2f}× of it"
+    )
     return Check(
-        "training loop fed by nw=2 / model only",
-        ratios(rates["fed by nw=2"]["rate"], rates["model only"]["rate"]),
+        "training loop fed by nw=2 / fed by its bare reads",
+        ratios(rates["fed by nw=2"]["rate"], rates[READS_ONLY]["rate"]),
         0.9,
     )
 
 
-class _Repeat:
-    """One batch, served forever (an 'epoch' of 1,000 batches)."""
+READS_ONLY = "fed by the bare reads (limit)"
+_AHEAD = 4  # reads the bare reader may run ahead: 2 workers x prefetch_factor 2
 
-    def __init__(self, batch: Any) -> None:
-        self.batch = batch
+
+def _read_on_cue(path: str, cues: Any, done: Any, stop: Any) -> None:
+    """Gather one random W1 batch per cue into a reused buffer; count each in ``done``."""
+    torch.set_num_threads(1)
+    with h5py.File(path, "r") as f:
+        data = f[X_KEY]
+        offset, shape, dtype = data.id.get_offset(), data.shape, data.dtype
+    rows = np.memmap(path, dtype, "r", offset, shape)
+    out = np.empty((BIG, *shape[1:]), dtype)
+    order = np.random.default_rng(1).permutation(shape[0])
+    turns = [np.sort(order[i : i + BIG]) for i in range(0, shape[0] - BIG + 1, BIG)]
+    done.release()  # ready
+    k = 0
+    while not stop.is_set():
+        if cues.acquire(timeout=0.1):
+            np.take(rows, turns[k % len(turns)], axis=0, out=out)
+            k += 1
+            done.release()
+
+
+class _BareReads:
+    """A process that does a loader's reads, one per training step, and sends nothing."""
+
+    def __init__(self, path: str) -> None:
+        ctx = multiprocessing.get_context()
+        self.cues, self.done, self.stop = ctx.Semaphore(_AHEAD), ctx.Semaphore(0), ctx.Event()
+        self.process = ctx.Process(
+            target=_read_on_cue, args=(path, self.cues, self.done, self.stop), daemon=True
+        )
+
+    def __enter__(self) -> _BareReads:
+        self.process.start()
+        if not self.done.acquire(timeout=60):
+            raise RuntimeError("the bare reader did not start within 60 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(10)
+
+    def paced(self, step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``step`` that first waits for a read to finish and asks for the next one."""
+
+        def paced_step(batch: Any) -> Any:
+            if not self.done.acquire(timeout=60):
+                raise RuntimeError("the bare reader gave no read within 60 s")
+            self.cues.release()
+            return step(batch)
+
+        return paced_step
+
+
+class _Repeat:
+    """Ready batches served in turn, forever (an 'epoch' of 1,000 batches)."""
+
+    def __init__(self, *batches: Any) -> None:
+        self.batches = batches
 
     def __len__(self) -> int:
         return 1000
 
     def __iter__(self) -> Iterator[Any]:
-        return (self.batch for _ in range(1000))
+        turn = itertools.cycle(self.batches)
+        return (next(turn) for _ in range(1000))
 
 
 # -- the GPU tables ------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import torch.distributed
 from torch.utils.data import DataLoader
 
 from .._protocols import is_fork_only
+from .worker_iter import worker_iterator
 
 __all__ = ["SafeStartDataLoader", "other_threads", "worker_context"]
 
@@ -48,18 +49,22 @@ class SafeStartDataLoader(DataLoader[Any]):
 
     With no ``multiprocessing_context`` given, each start of the workers (every epoch, or once
     with ``persistent_workers``) asks ``worker_context``: torch's default, or forkserver while
-    other threads run. A context the user gave is kept. Everything else is ``DataLoader``'s, so
-    Lightning and accelerate rebuild it like any ``DataLoader``.
+    other threads run. A context the user gave is kept. Its worker-process iterator is
+    ``worker_iterator``'s (torch's, with less work per batch in this process). Everything else
+    is ``DataLoader``'s, so Lightning and accelerate rebuild it like any ``DataLoader``.
     """
 
     _context_chosen = False  # set when the context in use is ours, to be chosen afresh
 
     def _get_iterator(self) -> Any:
-        if self.num_workers > 0 and (self.multiprocessing_context is None or self._context_chosen):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        if self.multiprocessing_context is None or self._context_chosen:
             context = worker_context(None, self.dataset, (self.collate_fn, self.worker_init_fn))
             self.multiprocessing_context = context
             self._context_chosen = context is not None
-        return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return worker_iterator(self)
 
 
 def other_threads() -> list[str]:
