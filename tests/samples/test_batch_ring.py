@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import pickle
+import warnings
 from collections import namedtuple
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -126,6 +127,43 @@ def test_structures_views_and_dtypes_survive(in_worker):
     assert isinstance(got["pair"], Pair) and got["pair"].a.tolist() == [True, False]
     assert got["pair"].b == "name" and got["list"][1] == 3 and got["list"][0].numel() == 0
     assert torch.equal(got["sparse"].to_dense(), torch.eye(3))
+
+
+def _csr(rows: int, cols: int, seed: int) -> torch.Tensor:
+    dense = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed))
+    with warnings.catch_warnings():  # torch's "beta" notice, once per process
+        warnings.simplefilter("ignore", UserWarning)
+        return (dense * (dense > 0.7)).to_sparse_csr()
+
+
+def test_a_csr_batch_travels_in_slots_without_torchs_warning(in_worker):
+    # pytest turns warnings into errors: torch's "invariant checks are implicitly disabled",
+    # given when it rebuilds a sparse tensor sent the old way, fails this test
+    for i in range(8):  # every batch holds a few more entries than the one before
+        sent = _csr(16 + i, 2000, seed=i)
+        packed = pack_batch((sent, torch.arange(3)))
+        assert isinstance(packed, batch_ring._SlotBatch)
+        csr, labels = pickle.loads(ForkingPickler.dumps(packed))
+        assert csr.layout == torch.sparse_csr and csr.shape == sent.shape
+        assert torch.equal(csr.to_dense(), sent.to_dense()) and labels.tolist() == [0, 1, 2]
+        del packed, csr, labels
+        gc.collect()
+        assert _states().count(batch_ring._BUSY) == 0  # all four parts freed
+    # crow and labels, cols, values; a bigger batch than the first makes a ring with room
+    assert len(batch_ring._worker_rings.get().rings) <= 5
+
+
+# torch's own warning when it rebuilds a sparse tensor sent the old way
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
+def test_a_csr_batch_without_slots_for_every_part_goes_the_old_way(in_worker, monkeypatch):
+    monkeypatch.setattr(batch_ring, "_MAX_RINGS", 1)  # crow gets a ring; cols, values none
+    sent = _csr(64, 400, seed=7)
+    packed = pack_batch((sent,))
+    assert not isinstance(packed, batch_ring._SlotBatch)  # nothing went in a slot
+    got = pickle.loads(ForkingPickler.dumps(packed))[0]
+    assert torch.equal(got.to_dense(), sent.to_dense())
+    gc.collect()
+    assert _states().count(batch_ring._BUSY) == 0  # the parts placed were never sent: freed
 
 
 def test_a_slot_read_but_not_sent_comes_back(in_worker):

@@ -34,6 +34,7 @@ import logging
 import os
 import secrets
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -156,6 +157,10 @@ class _WorkerRings:
 
     def _new_ring(self, nbytes: int) -> _WorkerRing | None:
         slot_nbytes = _round_up(nbytes)
+        if any(r.slot_nbytes < nbytes <= 2 * r.slot_nbytes for r in self.rings):
+            # a part whose size varies (a sparse batch's entries): room for the next ones too,
+            # or every slightly bigger batch would make a ring of its own
+            slot_nbytes = _round_up(nbytes + nbytes // 4)
         if slot_nbytes in self.refused:
             return None
         info = get_worker_info()
@@ -247,6 +252,18 @@ class _SlotRef(NamedTuple):
     stride: tuple[int, ...]
 
 
+class _CsrRef(NamedTuple):
+    """A sparse CSR tensor whose three parts lie in ring slots; rebuilt in the main process."""
+
+    crow: _SlotRef
+    col: _SlotRef
+    values: _SlotRef
+    size: tuple[int, ...]
+
+
+_REFS = (_SlotRef, _CsrRef)
+
+
 class _SlotBatch:
     """A batch packed in a worker: unpickles, in the main process, as the batch itself."""
 
@@ -280,22 +297,35 @@ def pack_batch(batch: Any) -> Any:
     return _SlotBatch(announced, share_batch(packed))
 
 
+_Placed = tuple[_Lease, int, torch.Tensor]  # a tensor in a slot: lease, byte offset, tensor
+
+
 def _to_slot(
     rings: _WorkerRings,
     tensor: torch.Tensor,
     announced: list[_Announcement],
     refs: list[_SlotRef],
 ) -> Any:
+    if tensor.device.type == "cpu" and tensor.layout == torch.sparse_csr:
+        return _csr_to_slots(rings, tensor, announced, refs)
+    placed = _place(rings, tensor)
+    return tensor if placed is None else _send(placed, announced, refs)
+
+
+def _place(rings: _WorkerRings, tensor: torch.Tensor) -> _Placed | None:
+    """``tensor`` in a slot (where it was read, or copied there), not yet sent; None: no slot."""
     if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.numel() == 0:
-        return tensor
+        return None
     found = rings.find(tensor)
-    if found is None:
-        copied = _copy_into_slot(tensor)
-        if copied is None:
-            return tensor
-        lease, tensor = copied
-        found = lease, 0
-    lease, offset = found
+    if found is not None:
+        return found[0], found[1], tensor
+    copied = _copy_into_slot(tensor)
+    return None if copied is None else (copied[0], 0, copied[1])
+
+
+def _send(placed: _Placed, announced: list[_Announcement], refs: list[_SlotRef]) -> _SlotRef:
+    """The reference that sends a placed tensor; its slot is the main process's from here on."""
+    lease, offset, tensor = placed
     ring = lease.ring
     lease.sent = True  # from here on the main process frees the slot
     if not ring.announced:
@@ -304,6 +334,25 @@ def _to_slot(
     ref = _SlotRef(ring.key, lease.slot, offset, tensor.dtype, tuple(tensor.shape), tensor.stride())
     refs.append(ref)
     return ref
+
+
+def _csr_to_slots(
+    rings: _WorkerRings,
+    tensor: torch.Tensor,
+    announced: list[_Announcement],
+    refs: list[_SlotRef],
+) -> Any:
+    """A CSR tensor's three parts in slots (sparse single-cell batches), or the tensor itself.
+
+    Sent the old way, each part is a fresh shared-memory segment, and the main process rebuilds
+    the tensor through torch, which warns about unchecked invariants once per process.
+    """
+    parts = [tensor.crow_indices(), tensor.col_indices(), tensor.values()]
+    placed = [_place(rings, part) for part in parts]
+    if any(p is None for p in placed):
+        return tensor  # the parts placed are dropped unsent here: their slots free again
+    crow, col, values = (_send(p, announced, refs) for p in placed if p is not None)
+    return _CsrRef(crow, col, values, tuple(tensor.shape))
 
 
 def _copy_into_slot(tensor: torch.Tensor) -> tuple[_Lease, torch.Tensor] | None:
@@ -356,7 +405,16 @@ def _unpack(announced: list[_Announcement], packed: Any) -> Any:
     for key, pid, tensor, slot_nbytes, slots in announced:
         _register(rings, key, _MainRing(tensor, slot_nbytes, slots, pid))
     bases: dict[tuple[str, int], torch.Tensor] = {}
-    return move(packed, lambda ref: _view(ref, rings, bases), _SlotRef)
+    return move(packed, lambda ref: _rebuild(ref, rings, bases), _REFS)
+
+
+def _rebuild(ref: Any, rings: dict[str, _MainRing], bases: dict[tuple[str, int], Any]) -> Any:
+    if isinstance(ref, _SlotRef):
+        return _view(ref, rings, bases)
+    crow, col, values = (_view(part, rings, bases) for part in ref[:3])
+    with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, ref.size, check_invariants=False)
 
 
 def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:

@@ -10,7 +10,7 @@ import torch
 __all__ = ["move"]
 
 
-def move(batch: Any, fn: Callable[[Any], Any], kind: type = torch.Tensor) -> Any:
+def move(batch: Any, fn: Callable[[Any], Any], kind: type | tuple[type, ...] = torch.Tensor) -> Any:
     """Apply ``fn`` to every ``kind`` (a tensor) in ``batch`` (tuples, named tuples, lists, dicts).
 
     Containers are rebuilt with their own types (mappings as dicts); other values pass
