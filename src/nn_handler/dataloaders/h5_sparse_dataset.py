@@ -26,6 +26,7 @@ from ._io.file.strings import check_encoding
 from ._io.formats.sparse_labels import merge_labels
 from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
 from ._io.rows.plan import WindowPlan, grow_cache
+from ._samples.batch_ring import ring_buffer
 from ._samples.columns import ENCODING_ARG
 from ._samples.split import split_samples
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
@@ -296,7 +297,11 @@ class H5SparseDataset(Dataset[Any]):
 
     def _dense(self, idx: IndexArray) -> np.ndarray[Any, Any]:
         rows, inverse = self._entries(idx)
-        return to_dense(rows, inverse, self.n_cols, self.dtype)
+        # in a worker process, scattered straight into a slot of its batch ring: a dense
+        # single-cell batch is large (4,096 cells x 20,000 genes: 328 MB) and a copy costs
+        slot = ring_buffer((idx.size, self.n_cols), torch.from_numpy(np.empty(0, self.dtype)).dtype)
+        out = None if slot is None else slot.numpy()
+        return to_dense(rows, inverse, self.n_cols, self.dtype, out)
 
     def _entries(self, idx: IndexArray) -> tuple[RowEntries, IndexArray | None]:
         """Entries of the sorted, unique rows of ``idx`` and the map back to ``idx``."""
