@@ -108,11 +108,7 @@ def to_csr_tensor(
     """Return the request as a ``torch.sparse_csr_tensor`` of shape ``(len(request), n_out)``."""
     lengths, cols, data = rows.lengths, rows.cols, rows.data
     if inverse is not None:
-        first = np.cumsum(lengths) - lengths
-        chosen = lengths[inverse]
-        shift = np.repeat(first[inverse] - (np.cumsum(chosen) - chosen), chosen)
-        picked = shift + np.arange(int(chosen.sum()), dtype=np.int64)
-        lengths, cols, data = chosen, cols[picked], data[picked]
+        lengths, cols, data = _in_request_order(lengths, cols, data, inverse)
     if not rows.sorted:
         lengths, cols, data = _coalesce(lengths, cols, data, n_out)
     crow = np.zeros(lengths.size + 1, dtype=np.int64)
@@ -126,6 +122,25 @@ def to_csr_tensor(
             size=(int(lengths.size), n_out),
             check_invariants=False,  # built valid here; checking costs a pass over the batch
         )
+
+
+def _in_request_order(
+    lengths: IndexArray, cols: IndexArray, data: np.ndarray[Any, Any], inverse: IndexArray
+) -> tuple[IndexArray, IndexArray, np.ndarray[Any, Any]]:
+    """The entries of rows read in sorted order, rearranged row by row into request order.
+
+    A slice copy per row: an index array over every entry (``np.repeat`` + ``np.arange`` and
+    two fancy gathers) took 60 % of a 4,096-cell CSR batch, ten times these copies.
+    """
+    first = np.cumsum(lengths) - lengths
+    chosen = lengths[inverse]
+    to = np.cumsum(chosen) - chosen
+    out_cols = np.empty(int(chosen.sum()), dtype=cols.dtype)
+    out_data = np.empty(out_cols.size, dtype=data.dtype)
+    for s, n, t in zip(first[inverse].tolist(), chosen.tolist(), to.tolist(), strict=True):
+        out_cols[t : t + n] = cols[s : s + n]
+        out_data[t : t + n] = data[s : s + n]
+    return chosen, out_cols, out_data
 
 
 def _coalesce(

@@ -103,6 +103,11 @@ def _from_runs(
 ) -> None:
     gap = 0 if reader.strategy == "memmap" else _GAP_BYTES // max(1, reader.dtype.itemsize)
     breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
+    if gap == 0:  # every group of touching ranges goes straight into place: one call for all
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks, [starts.size])) - 1
+        reader.read_runs(starts[firsts], stops[lasts], dst[firsts], out)
+        return
     bounds = np.concatenate(([0], breaks, [starts.size])).tolist()
     for a, b in itertools.pairwise(bounds):
         first, end = int(starts[a]), int(stops[b - 1])

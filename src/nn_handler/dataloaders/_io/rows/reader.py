@@ -196,6 +196,32 @@ class RowReader:
             self._read_slab_into(self._dataset(), start, stop, out)
         return out
 
+    def read_runs(
+        self, starts: IndexArray, stops: IndexArray, dst: IndexArray, out: np.ndarray[Any, Any]
+    ) -> None:
+        """Copy rows ``[starts[i], stops[i])`` to ``out[dst[i]:]`` for every ``i``.
+
+        A memory-mapped reader checks the file once for all of them: a sparse batch of random
+        cells is thousands of short runs, and a check per run (an ``fstat``) cost a quarter of
+        the batch. Other readers read each run with ``read_range``.
+
+        Raises:
+            IndexError: a run lies outside the dataset or ends before it starts.
+        """
+        runs = zip(starts.tolist(), stops.tolist(), dst.tolist(), strict=True)
+        if self._mapped is None:
+            for s, e, t in runs:
+                self.read_range(s, e, out[t : t + e - s])
+            return
+        if starts.size and (
+            int(starts.min()) < 0 or int(stops.max()) > self.length or bool((stops < starts).any())
+        ):
+            raise IndexError(f"row runs outside a dataset of length {self.length}")
+        raw = self._mapped_rows(self.source.check_unchanged()).file.data
+        for s, e, t in runs:
+            if e > s:
+                self._copy_mapped(raw, s, e, out[t : t + e - s])
+
     def read_chunks(self, chunks: list[int]) -> list[np.ndarray[Any, Any]]:
         """Return whole chunks along axis 0: rows ``[c * chunk_rows, (c + 1) * chunk_rows)``.
 
@@ -310,10 +336,14 @@ class RowReader:
     def _copy_mapped_range(
         self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool
     ) -> None:
+        self._copy_mapped(self._mapped_rows(checked).file.data, start, stop, out)
+
+    def _copy_mapped(
+        self, raw: np.ndarray[Any, Any], start: int, stop: int, out: np.ndarray[Any, Any]
+    ) -> None:
         # rows of one chunk (or of contiguous data) are consecutive bytes: one copy per chunk
         assert self._mapped is not None
         rows_per_chunk, chunk_offsets = self._mapped
-        raw = self._mapped_rows(checked).file.data
         for chunk in range(start // rows_per_chunk, (stop - 1) // rows_per_chunk + 1):
             first = chunk * rows_per_chunk
             lo, hi = max(start, first), min(stop, first + rows_per_chunk)
