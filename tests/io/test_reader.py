@@ -245,3 +245,29 @@ def test_each_chunk_read_once_per_batch(make_h5, monkeypatch):
     idx = [63, 1, 2, 3, 9, 63, 0, 40]
     np.testing.assert_array_equal(r.read(idx), data[idx])
     assert calls == [(0, 16), (40, 48), (56, 64)]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.tuples(st.integers(0, 53), st.integers(0, 20)), max_size=30))
+def test_read_runs_equals_the_slices(layout_file, runs):
+    # any order, overlapping, empty: each run lands where dst says, as its own slice would
+    path, _, data = layout_file
+    starts = np.array([s for s, _ in runs], dtype=np.int64)
+    stops = np.minimum(starts + np.array([n for _, n in runs], dtype=np.int64), 53)
+    lengths = stops - starts
+    dst = np.cumsum(lengths) - lengths
+    out = np.zeros((int(lengths.sum()), 3, 4), np.float32)
+    reader(path).read_runs(starts, stops, dst, out)
+    expected = [data[s:e] for s, e in zip(starts.tolist(), stops.tolist(), strict=True)]
+    np.testing.assert_array_equal(out, np.concatenate(expected) if expected else out)
+
+
+def test_read_runs_outside_the_dataset_raise(layout_file):
+    path, _, _ = layout_file
+    out = np.zeros((10, 3, 4), np.float32)
+    one = np.array([0], dtype=np.int64)
+    for starts, stops in (([50], [54]), ([-1], [2]), ([5], [4])):
+        with pytest.raises(IndexError):
+            reader(path).read_runs(np.array(starts), np.array(stops), one, out)

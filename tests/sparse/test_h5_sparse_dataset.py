@@ -74,7 +74,7 @@ def test_single_rows_are_dense(files, layout):
     assert ds[LONG_ROW].shape == (N_VARS,)
 
 
-@pytest.mark.parametrize("layout", ["csr-gzip-tiny", "csc-gzip", "10x"])
+@pytest.mark.parametrize("layout", ["csr-gzip-tiny", "csr-plain", "csc-gzip", "10x"])
 def test_sparse_csr_output(files, layout):
     path, expected = files[layout]
     ds = H5SparseDataset(path, output="sparse_csr", dtype=np.float64)
