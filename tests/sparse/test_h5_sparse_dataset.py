@@ -358,3 +358,46 @@ def test_unsorted_and_repeated_columns_sum_as_in_scipy(tmp_path):
     assert csr.col_indices().tolist() == [0, 3, 1, 2, 0, 2, 4, 1, 2]  # sorted, summed once
     panel = H5SparseDataset(path, columns=[2, 0], output="sparse_csr")[[1, 0]]
     np.testing.assert_array_equal(panel.to_dense().numpy(), expected[[1, 0]][:, [2, 0]])
+
+
+@pytest.fixture
+def tiny_row_blocks(monkeypatch):
+    """Dense batches zeroed and scattered in blocks of 3 rows on 3 decode threads."""
+    from nn_handler.dataloaders._io.chunks import pool
+    from nn_handler.dataloaders._sparse import batch as sparse_batch
+
+    def blocks(n_rows: int, row_nbytes: int) -> list[tuple[int, int]]:
+        return [(a, min(n_rows, a + 3)) for a in range(0, n_rows, 3)]
+
+    monkeypatch.setattr(sparse_batch, "_row_blocks", blocks)
+    pool.set_decode_threads(3)
+    yield
+    pool.set_decode_threads(None)
+
+
+@pytest.mark.parametrize("layout", ["csr-plain", "csr-gzip-tiny", "csc-gzip"])
+def test_dense_batches_in_row_blocks_on_threads(files, layout, tiny_row_blocks):
+    path, expected = files[layout]
+    ds = H5SparseDataset(path)
+    for idx in _batches(len(ds), seed=2):
+        np.testing.assert_array_equal(ds[idx].numpy(), expected[idx])
+
+
+def test_repeated_columns_sum_in_row_blocks_on_threads(tmp_path, tiny_row_blocks):
+    from helpers.sparse_files import sp
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 6, 20)
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    indices = rng.integers(0, 4, int(indptr[-1])).astype(np.int32)  # repeats, any order
+    data = rng.random(int(indptr[-1])).astype(np.float32)
+    path = tmp_path / "raw.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("m")
+        g.attrs["encoding-type"] = "csr_matrix"
+        g.attrs["shape"] = (20, 4)
+        for name, values in (("data", data), ("indices", indices), ("indptr", indptr)):
+            g[name] = values
+    expected = sp.csr_matrix((data, indices, indptr), shape=(20, 4)).toarray()
+    idx = rng.permutation(20)
+    np.testing.assert_allclose(H5SparseDataset(path)[idx].numpy(), expected[idx], rtol=1e-6)
