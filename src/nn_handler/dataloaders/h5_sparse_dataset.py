@@ -304,7 +304,13 @@ class H5SparseDataset(Dataset[Any]):
         return to_dense(rows, inverse, self.n_cols, self.dtype, out)
 
     def _entries(self, idx: IndexArray) -> tuple[RowEntries, IndexArray | None]:
-        """Entries of the sorted, unique rows of ``idx`` and the map back to ``idx``."""
+        """Entries of the sorted, unique rows of ``idx`` and the map back to ``idx``.
+
+        A single memory-mapped file reads ``idx`` as it is (map None): each row straight to
+        its place, with nothing to put back in order afterwards.
+        """
+        if len(self._files) == 1 and self._files[0].rows.reads_any_order:
+            return select_columns(self._files[0].rows.read(idx), self._maps[0]), None
         inverse: IndexArray | None = None
         uniq = idx
         if idx.size > 1 and not bool(np.all(idx[1:] > idx[:-1])):

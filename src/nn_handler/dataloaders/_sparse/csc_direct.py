@@ -32,6 +32,8 @@ class ColumnScanRows:
         layout: A ``csc_matrix`` layout.
     """
 
+    reads_any_order = False  # ``read`` takes sorted, unique rows
+
     def __init__(self, source: H5Source, layout: SparseLayout) -> None:
         self.source, self.group = source, layout.group
         self.n_rows, self.n_cols = layout.n_rows, layout.n_cols

@@ -29,8 +29,10 @@ def gather_ranges(reader: RowReader, starts: IndexArray, stops: IndexArray) -> n
 
     Args:
         reader: A reader over a 1-d dataset.
-        starts: Sorted first entries of the ranges.
-        stops: Their ends; ranges must be disjoint (``stops[i] <= starts[i + 1]``).
+        starts: Sorted first entries of the ranges (any order, repeats too, for a
+            memory-mapped reader).
+        stops: Their ends; ranges must be disjoint (``stops[i] <= starts[i + 1]``) unless the
+            reader is memory-mapped.
     """
     lengths = stops - starts
     out = np.empty(int(lengths.sum()), dtype=reader.dtype)
@@ -101,13 +103,14 @@ def _from_chunks(
 def _from_runs(
     reader: RowReader, starts: IndexArray, stops: IndexArray, dst: IndexArray, out: Any
 ) -> None:
-    gap = 0 if reader.strategy == "memmap" else _GAP_BYTES // max(1, reader.dtype.itemsize)
-    breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
-    if gap == 0:  # every group of touching ranges goes straight into place: one call for all
+    if reader.strategy == "memmap":  # runs of touching ranges straight into place, any order
+        breaks = np.flatnonzero(starts[1:] != stops[:-1]) + 1
         firsts = np.concatenate(([0], breaks))
         lasts = np.concatenate((breaks, [starts.size])) - 1
         reader.read_runs(starts[firsts], stops[lasts], dst[firsts], out)
         return
+    gap = _GAP_BYTES // max(1, reader.dtype.itemsize)
+    breaks = np.flatnonzero(starts[1:] - stops[:-1] > gap) + 1
     bounds = np.concatenate(([0], breaks, [starts.size])).tolist()
     for a, b in itertools.pairwise(bounds):
         first, end = int(starts[a]), int(stops[b - 1])

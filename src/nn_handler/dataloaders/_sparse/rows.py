@@ -76,8 +76,16 @@ class CompressedRows:
             self._indptr = self._load_indptr()
         return self._indptr
 
+    @property
+    def reads_any_order(self) -> bool:
+        """Whether ``read`` takes rows in any order, repeats too (memory-mapped entries)."""
+        return self.data.strategy == "memmap" and self.indices.strategy == "memmap"
+
     def read(self, rows: IndexArray) -> Entries:
-        """Return the entries of ``rows`` (sorted, unique, in range), row after row."""
+        """Return the entries of ``rows`` (in range), row after row.
+
+        Rows must be sorted and unique unless ``reads_any_order``.
+        """
         indptr = self.indptr
         starts = indptr[rows].astype(np.int64)
         stops = indptr[rows + 1].astype(np.int64)
