@@ -104,3 +104,23 @@ def test_read_chunks_and_heads(readers):
         gz.read_chunk_head(0, 14)
     with pytest.raises(IndexError, match=r"rows \[0, 2\) of chunk 23 are outside"):
         gz.read_chunk_head(23, 2)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "gzip-shuffle", "lzf"])
+@given(chunks=st.lists(st.integers(0, 22), max_size=12))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_read_chunks_in_any_order_and_number(readers, kind, chunks):
+    # up to 12 chunks against a window of 5: beyond it they are read row by row instead
+    reader = readers[kind]
+    rows = reader.chunk_rows
+    chunks = [c % -(-N // rows) for c in chunks]  # in range for this kind's chunk count
+    got = reader.read_chunks(chunks)
+    assert len(got) == len(chunks)
+    for c, block in zip(chunks, got, strict=True):
+        np.testing.assert_array_equal(block, VALUES[c * rows : (c + 1) * rows])
+    if got:
+        got[0][...] = -1  # a copy: the window's block is untouched
+        again = reader.read_chunks([chunks[0]])[0]
+        np.testing.assert_array_equal(again, VALUES[chunks[0] * rows : (chunks[0] + 1) * rows])

@@ -227,6 +227,35 @@ class ChunkEngine:
             self._read_group(dset, group, idx[pos], blocks[pos], out, pos)
         return out
 
+    def read_blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]] | None:
+        """Whole blocks ``ids`` (sorted, unique, in range) through the window, copied out.
+
+        Each block is decoded once, in parallel, and kept, as ``read`` would; but copied out a
+        block at a time, where ``read`` of every row of a block (a sparse matrix's ``data``,
+        one entry a row) gathers row by row: 60 % of a compressed sparse batch. None where the
+        window does not serve them (no window, blocks shared among workers, more blocks than
+        the window holds): ``read`` then.
+        """
+        rows, length = self.geometry.block_rows, self.geometry.length
+        capacity = self._capacity()
+        shared = self._shared
+        if not ids or rows == 1 or capacity < len(ids) or not self.decodes:
+            return None
+        if shared is not None and shared.usable and capacity >= self.geometry.count:
+            return None
+        window = self.cache
+        claim = window.claim(np.asarray(ids, dtype=np.int64), capacity)
+        try:
+            extra = self._fill_claim(dset, window, claim)
+            if claim.awaited and not window.wait(claim):
+                return None  # another thread's fill failed: ``read`` claims and fills them
+            return [
+                (extra[b] if s < 0 else claim.arena[s])[: min(rows, length - b * rows)].copy()
+                for b, s in zip(ids, claim.slots.tolist(), strict=True)
+            ]
+        finally:
+            window.release(claim)
+
     def read_range(
         self, dset: h5py.Dataset, start: int, stop: int, out: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:
