@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from nn_handler.bench.sparse import chunks_per_batch, csc_choice, run_sparse_bench, scdataset
+from nn_handler.bench.sparse import (
+    chunks_per_batch,
+    csc_choice,
+    main,
+    run_sparse_bench,
+    run_vs_annbatch,
+    scdataset,
+)
+from nn_handler.bench.sparse_annbatch import AnnbatchUnavailableError, ensure_env
 from nn_handler.bench.sparse_data import sparse_counts, write_sparse_h5ad
 from nn_handler.dataloaders import H5SparseDataset
 
@@ -48,3 +58,54 @@ def test_tables(tmp_path):
         assert names[1].startswith("ChunkShuffleSampler, window_chunks=")  # the matched window
     csc = csc_choice(str(tmp_path), n_rows=400, n_cols=100, seconds=0.05)
     assert "csc='sidecar'" in csc and "csc='direct'" in csc
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ")][1:]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+def test_vs_annbatch_without_annbatch_prints_ours_and_the_reason(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    write_sparse_h5ad(path, 300, 50, 0.1, compression=None)
+    skip = AnnbatchUnavailableError("annbatch needs Python >= 3.12; none runs here")
+    text = run_vs_annbatch(str(path), skip, seconds=0.01, repeats=1, batch=32, workers=(0,))
+    rows = _table_rows(text)
+    assert [(r[0], r[1]) for r in rows] == [
+        ("H5SparseDataset + EpochShuffleSampler, num_workers=0", "sparse_csr"),
+        ("H5SparseDataset + EpochShuffleSampler, num_workers=0", "dense"),
+    ]
+    assert all(float(r[2].replace(",", "")) > 0 and r[4] == "-" for r in rows)
+    assert 1 < float(rows[0][5]) <= 5  # 32 random cells of 300 touch most of the 5 blocks
+    assert "- annbatch: skipped (annbatch needs Python >= 3.12; none runs here)." in text
+    assert "uncompressed" in text
+
+
+def test_main_skips_annbatch_it_may_not_install(tmp_path, capsys):
+    argv = ["--rows", "200", "--genes", "40", "--seconds", "0.01", "--repeats", "1"]
+    argv += ["--tables", "annbatch", "--workdir", str(tmp_path), "--annbatch-batch-size", "32"]
+    argv += ["--annbatch-workers", "0", "--annbatch-venv", str(tmp_path / "none")]
+    assert main([*argv, "--no-annbatch-install"]) == 0
+    out = capsys.readouterr().out
+    assert "annbatch: skipped (no annbatch environment at" in out
+    assert "H5SparseDataset + EpochShuffleSampler, num_workers=0 | sparse_csr" in out
+
+
+_VENV = Path(__file__).resolve().parents[2] / "build" / "annbatch-venv"
+
+
+@pytest.mark.slow  # converts and loads with annbatch in its own Python
+def test_vs_annbatch_with_annbatch(tmp_path):
+    try:
+        env = ensure_env(str(_VENV), install=False)  # never installs from the tests
+    except AnnbatchUnavailableError as err:
+        pytest.skip(f"no annbatch environment: {err}")
+    path = tmp_path / "cells.h5ad"
+    write_sparse_h5ad(path, 3000, 100, 0.05, compression=None)
+    text = run_vs_annbatch(str(path), env, seconds=0.05, repeats=1, batch=256, workers=(0,))
+    rows = _table_rows(text)
+    assert [r[1] for r in rows[:2]] == ["SciPy CSR", "SciPy CSR + .toarray()"]
+    assert all(r[0].startswith("annbatch 0.3.1") and r[4] == "1.00" for r in rows[:2])
+    # annbatch's batches mix like a full shuffle: 256 random cells of 3,000 touch ~45 of 47
+    assert all(40 < float(r[5]) <= 47 for r in rows)
+    assert "annbatch's conversion first" in text and "skipped" not in text

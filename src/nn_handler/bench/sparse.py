@@ -16,11 +16,22 @@ whole epoch's order of each contender: ``chunks/batch`` (distinct chunks of ``X/
 touches: more means better mixing and more decoding) and the neighbour correlation of
 consecutive indices (``nn_handler.bench.quality``).
 
+``run_vs_annbatch`` puts annbatch (scverse) beside us on one ``.h5ad`` (uncompressed by
+default, as a plain ``adata.write_h5ad(path)`` writes it), batch 4,096: annbatch converts it
+to its sharded Zarr store first (timed, with its peak memory), then loads with its README's
+settings, as SciPy CSR batches and with ``.toarray()``; ours are ``H5SparseDataset``
+``sparse_csr`` and ``dense`` batches of a fresh full shuffle, at 0 and 2 workers. Shuffle
+quality there is the number of distinct 64-cell blocks of the file a batch draws from.
+annbatch needs Python >= 3.12 and runs in its own environment, in a subprocess
+(``nn_handler.bench.sparse_annbatch``); when it cannot be installed or run, the table says why
+in one line and shows ours alone.
+
 ``csc_choice`` measures the two ways to serve a ``csc_matrix`` by rows (a CSR copy next to the
 file, built once, against reading the column runs for every batch).
 
-Run: ``python benchmarks/bench_sparse.py [--rows 200000] [--seconds 10] [--repeats 3]``.
-Needs the ``bench`` extra (anndata, scdataset).
+Run: ``python benchmarks/bench_sparse.py [--rows 200000] [--seconds 10] [--repeats 3]
+[--tables scdataset,annbatch,csc] [--annbatch-venv build/annbatch-venv]``.
+Needs the ``bench`` extra (anndata, scdataset); annbatch's environment is made on first use.
 """
 
 from __future__ import annotations
@@ -39,14 +50,36 @@ import h5py
 import numpy as np
 
 from ..dataloaders import ChunkShuffleSampler, EpochShuffleSampler, H5SparseDataset, batched_loader
+from ..dataloaders.h5_sparse_dataset import Output
 from .quality import shuffle_quality
+from .sparse_annbatch import (
+    BLOCK,
+    AnnbatchEnv,
+    AnnbatchRunner,
+    AnnbatchUnavailableError,
+    Conversion,
+    Kind,
+    Row,
+    blocks_per_batch,
+    default_venv,
+    ensure_env,
+    vs_annbatch_table,
+)
 from .sparse_data import write_sparse_h5ad
 from .timing import Result, batch_len, machine_line, timed_pass
 
-__all__ = ["Contender", "chunks_per_batch", "csc_choice", "main", "run_sparse_bench"]
+__all__ = [
+    "Contender",
+    "chunks_per_batch",
+    "csc_choice",
+    "main",
+    "run_sparse_bench",
+    "run_vs_annbatch",
+]
 
 _WINDOWS = (64, 128, 256, 512, 1024)
 _SCDATASET = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first is its docs' example
+_TABLES = {"scdataset", "annbatch", "csc"}
 
 
 @dataclass(frozen=True)
@@ -72,12 +105,23 @@ def chunks_per_batch(order: np.ndarray[Any, Any], indptr: Any, chunk: int, batch
     return float(keys.size / -(-order.size // batch))
 
 
-def ours(path: str, batch: int, sampler: Callable[[H5SparseDataset], Any], name: str) -> Contender:
-    """``H5SparseDataset`` read through ``batched_loader`` with the sampler ``sampler`` builds."""
+def ours(
+    path: str,
+    batch: int,
+    sampler: Callable[[H5SparseDataset], Any],
+    name: str,
+    output: Output = "dense",
+    **loader_kwargs: Any,
+) -> Contender:
+    """``H5SparseDataset`` read through ``batched_loader`` with the sampler ``sampler`` builds.
+
+    ``output`` is the dataset's batch type, ``loader_kwargs`` go to ``batched_loader``
+    (``num_workers``, ...).
+    """
 
     def make() -> Iterable[Any]:
-        ds = H5SparseDataset(path)
-        return batched_loader(ds, batch, sampler=sampler(ds))
+        ds = H5SparseDataset(path, output=output)
+        return batched_loader(ds, batch, sampler=sampler(ds), **loader_kwargs)
 
     def order() -> np.ndarray[Any, Any]:
         return np.fromiter(sampler(H5SparseDataset(path)), dtype=np.int64)
@@ -235,25 +279,217 @@ def _rows_per_s(ds: H5SparseDataset, seconds: float) -> float:
     return result.rate
 
 
+def run_vs_annbatch(
+    path: str,
+    annbatch: AnnbatchEnv | AnnbatchUnavailableError,
+    seconds: float = 10.0,
+    repeats: int = 3,
+    batch: int = 4096,
+    workers: Sequence[int] = (0, 2),
+    *,
+    store: str | None = None,
+    order_batches: int = 64,
+) -> str:
+    """Ours and annbatch on ``path``, sparse and dense batches; return one Markdown table.
+
+    Ours: ``H5SparseDataset`` (``output="sparse_csr"`` and ``"dense"``) with an
+    ``EpochShuffleSampler`` (a fresh full shuffle each epoch, no conversion) at each worker
+    count of ``workers``. annbatch (``annbatch`` is its environment, or why it cannot run):
+    converted once into ``store`` (default: next to ``path``), then its README's loader with
+    SciPy CSR batches and with ``.toarray()``. Every loader starts fresh in each of ``repeats``
+    interleaved rounds (annbatch in a subprocess whose start is not timed). The mixing column
+    counts distinct 64-cell blocks of the file in the first ``order_batches`` full batches.
+    """
+    with h5py.File(path, "r") as f:
+        n, n_cols = (int(v) for v in f["X"].attrs["shape"])
+        nnz = int(f["X/indptr"][-1])
+        compression = f["X/data"].compression or "uncompressed"
+    ours_rows = _our_rows(path, batch, workers, order_batches)
+    runner, theirs, conversion, skip = _annbatch_rows(path, annbatch, batch, store)
+    order_out = f"{os.path.splitext(path)[0]}.annbatch-order.npy"
+    for round_ in range(repeats):  # interleaved: a busy spell hurts every loader alike
+        for row, c in ours_rows:
+            row.rates.append(timed_pass(row.loader, c.make(), n_cols * 4, seconds, batch_len).rate)
+        if runner is None:
+            continue
+        first = round_ == 0
+        try:
+            rates = runner.load(seconds, seed=round_, order_out=order_out if first else None)
+        except AnnbatchUnavailableError as err:  # its rows go; the reason is printed instead
+            runner, skip, theirs = None, str(err), []
+            continue
+        for row in theirs:
+            row.rates.append(rates[row.kind])
+            if first:
+                row.blocks = blocks_per_batch(np.load(order_out, allow_pickle=False))
+    rows = theirs + [r for r, _ in ours_rows]
+    return _vs_annbatch_text(
+        path, (n, n_cols, nnz, compression), batch, rows, conversion, skip, annbatch
+    )
+
+
+def _our_rows(
+    path: str, batch: int, workers: Sequence[int], order_batches: int
+) -> list[tuple[Row, Contender]]:
+    """Our rows (sparse_csr, then dense, at each worker count) with their mixing filled in."""
+    found: list[tuple[Row, Contender]] = []
+    outputs: tuple[tuple[Output, Kind], ...] = (("sparse_csr", "csr"), ("dense", "dense"))
+    for output, kind in outputs:
+        for w in workers:
+            name = f"H5SparseDataset + EpochShuffleSampler, num_workers={w}"
+            contender = ours(path, batch, _full_shuffle, name, output, num_workers=w)
+            found.append((Row(name, output, kind), contender))
+    # one sampler for all: the same order whatever the output or the worker count
+    mixing = blocks_per_batch(_full_batches(found[0][1].order(), batch, order_batches))
+    for row, _ in found:
+        row.blocks = mixing
+    return found
+
+
+def _annbatch_rows(
+    path: str, annbatch: AnnbatchEnv | AnnbatchUnavailableError, batch: int, store: str | None
+) -> tuple[AnnbatchRunner | None, list[Row], Conversion | None, str | None]:
+    """The annbatch runner (after its conversion), its two rows and the conversion; or a skip."""
+    if isinstance(annbatch, AnnbatchUnavailableError):
+        return None, [], None, str(annbatch)
+    stem = os.path.splitext(path)[0]
+    runner = AnnbatchRunner(annbatch, path, store or f"{stem}.annbatch.zarr", batch)
+    try:
+        conversion = runner.convert()
+    except AnnbatchUnavailableError as err:
+        return None, [], None, str(err)
+    name = (
+        f"annbatch {annbatch.version} (chunk_size={runner.chunk_size}, "
+        f"preload_nchunks={runner.preload_nchunks})"
+    )
+    rows = [Row(name, "SciPy CSR", "csr"), Row(name, "SciPy CSR + .toarray()", "dense")]
+    return runner, rows, conversion, None
+
+
+def _full_shuffle(ds: H5SparseDataset) -> EpochShuffleSampler:
+    return EpochShuffleSampler(len(ds), seed=0)
+
+
+def _full_batches(order: np.ndarray[Any, Any], batch: int, most: int) -> np.ndarray[Any, Any]:
+    """The first ``most`` full batches of ``order`` as a ``(batches, batch)`` array."""
+    k = min(most, order.size // batch)
+    return order[: k * batch].reshape(k, batch)
+
+
+def _random_blocks(n: int, batch: int) -> float:
+    """Expected distinct 64-cell blocks in a batch of ``batch`` random cells out of ``n``."""
+    blocks = -(-n // 64)
+    return float(blocks * (1 - (1 - 1 / blocks) ** min(batch, n)))
+
+
+def _vs_annbatch_text(
+    path: str,
+    shape: tuple[int, int, int, str],
+    batch: int,
+    rows: list[Row],
+    conversion: Conversion | None,
+    skip: str | None,
+    annbatch: AnnbatchEnv | AnnbatchUnavailableError,
+) -> str:
+    n, n_cols, nnz, compression = shape
+    title = (
+        f"\n## Against annbatch: {n} x {n_cols} .h5ad (CSR, {compression}, {nnz / max(n, 1):,.0f} "
+        f"stored values per cell, {os.path.getsize(path) / 1e6:,.0f} MB), batch {batch}\n\n"
+        + machine_line()
+    )
+    notes = [
+        f"{BLOCK}-cell blocks/batch: distinct blocks of {BLOCK} file rows per full batch "
+        f"(fully random: {_random_blocks(n, batch):,.0f}). annbatch's batches are drawn from "
+        "32-cell store chunks whose cells its conversion fixed; ours are a fresh full shuffle "
+        "each epoch, read from the file as it is.",
+    ]
+    if isinstance(annbatch, AnnbatchEnv):
+        notes.append(
+            f"annbatch: `Loader(batch_size={batch}, chunk_size=32, preload_nchunks=256, "
+            "shuffle=True).use_collection(collection, load_adata=X only)`, zarrs codec pipeline, "
+            f"in its own environment ({annbatch.python}), a subprocess whose start is not timed."
+        )
+    return vs_annbatch_table(title, rows, conversion=conversion, skip=skip, notes=notes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of ``benchmarks/bench_sparse.py``."""
-    parser = argparse.ArgumentParser(description="H5SparseDataset against scDataset")
+    args = _parser().parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="nnh-sparse-")
+    os.makedirs(workdir, exist_ok=True)
+    tables = {t.strip() for t in args.tables.split(",") if t.strip()}
+    if not tables <= _TABLES:
+        _parser().error(f"--tables: unknown {sorted(tables - _TABLES)}; choose from {_TABLES}")
+    if "scdataset" in tables:
+        path = os.path.join(workdir, f"cells-{args.rows}x{args.genes}.h5ad")
+        _write_once(path, args.rows, args.genes, args.density, "gzip")
+        print(run_sparse_bench(path, args.seconds, args.repeats, args.batch_size), flush=True)
+    if "annbatch" in tables:
+        print(_annbatch_section(args, workdir), flush=True)
+    if "csc" in tables and args.csc_rows:
+        print(csc_choice(workdir, args.csc_rows, args.genes, args.seconds), flush=True)
+    return 0
+
+
+def _annbatch_section(args: argparse.Namespace, workdir: str) -> str:
+    comp = None if args.annbatch_compression == "none" else args.annbatch_compression
+    name = f"cells-{args.rows}x{args.genes}-{args.density:g}-{args.annbatch_compression}.h5ad"
+    path = os.path.join(workdir, name)
+    _write_once(path, args.rows, args.genes, args.density, comp)
+    env: AnnbatchEnv | AnnbatchUnavailableError
+    try:
+        print(
+            f"annbatch: finding (or making) its environment at {args.annbatch_venv} …", flush=True
+        )
+        env = ensure_env(args.annbatch_venv, args.annbatch_python, not args.no_annbatch_install)
+    except AnnbatchUnavailableError as err:
+        print(f"annbatch: skipped ({err})", flush=True)
+        env = err
+    workers = [int(w) for w in args.annbatch_workers.split(",") if w.strip()]
+    return run_vs_annbatch(path, env, args.seconds, args.repeats, args.annbatch_batch_size, workers)
+
+
+def _write_once(path: str, rows: int, genes: int, density: float, comp: str | None) -> None:
+    if not os.path.exists(path):
+        print(f"writing {path} with anndata …", flush=True)
+        write_sparse_h5ad(path, rows, genes, density, compression=comp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="H5SparseDataset against scDataset and annbatch")
     parser.add_argument("--rows", type=int, default=200_000, help="cells in the test file")
     parser.add_argument("--genes", type=int, default=20_000)
     parser.add_argument("--density", type=float, default=0.05)
     parser.add_argument("--seconds", type=float, default=10.0, help="budget per timed pass")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=256, help="of the scDataset table")
     parser.add_argument("--csc-rows", type=int, default=20_000, help="0 skips the CSC table")
     parser.add_argument("--workdir", default=None, help="keeps the generated files")
-    args = parser.parse_args(argv)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="nnh-sparse-")
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, f"cells-{args.rows}x{args.genes}.h5ad")
-    if not os.path.exists(path):
-        print(f"writing {path} with anndata …", flush=True)
-        write_sparse_h5ad(path, args.rows, args.genes, args.density)
-    print(run_sparse_bench(path, args.seconds, args.repeats, args.batch_size), flush=True)
-    if args.csc_rows:
-        print(csc_choice(workdir, args.csc_rows, args.genes, args.seconds), flush=True)
-    return 0
+    parser.add_argument(
+        "--tables",
+        default="scdataset,annbatch,csc",
+        help="comma-separated tables to run: scdataset, annbatch, csc",
+    )
+    group = parser.add_argument_group("annbatch table")
+    group.add_argument(
+        "--annbatch-venv",
+        default=default_venv(),
+        help="annbatch's own environment (Python >= 3.12); made there when missing",
+    )
+    group.add_argument(
+        "--annbatch-python", default=None, help="Python >= 3.12 to make that environment from"
+    )
+    group.add_argument(
+        "--no-annbatch-install",
+        action="store_true",
+        help="skip annbatch rather than make its environment / pip install it",
+    )
+    group.add_argument("--annbatch-batch-size", type=int, default=4096)
+    group.add_argument("--annbatch-workers", default="0,2", help="our worker counts, e.g. 0,2")
+    group.add_argument(
+        "--annbatch-compression",
+        choices=["none", "gzip", "lzf"],
+        default="none",
+        help="the .h5ad of this table (a plain adata.write_h5ad is uncompressed)",
+    )
+    return parser
