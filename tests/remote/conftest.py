@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,21 @@ def s3() -> Iterator[dict[str, Any]]:
 
 
 GRACE_S = RetryPolicy().total_s + RetryPolicy().attempt_s  # the bound of one read
+
+
+@pytest.fixture(autouse=True)
+def collect_after_each_test() -> Iterator[None]:
+    """With ``NN_HANDLER_TEST_GC=1``, collect garbage as each test ends.
+
+    An object a test leaves to the collector (an HTTP session, a transport) is otherwise
+    freed whenever a later collection happens to run, and a warning it gives there fails
+    whichever test is running then: collecting at once pins it on the test that left it.
+    (Defined first, this runs last: after the test's servers have stopped and its requests
+    ended.) Off by default (a collection per test costs time); switch it on to hunt leaks.
+    """
+    yield
+    if os.environ.get("NN_HANDLER_TEST_GC") == "1":
+        gc.collect()
 
 
 @pytest.fixture(autouse=True)

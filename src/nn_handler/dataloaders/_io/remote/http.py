@@ -15,7 +15,7 @@ from typing import Any
 from ..file.identity import ObjectVersion
 from .failures import ChangedError, DeniedError, FatalError, RequestError, TransientError
 
-__all__ = ["HTTPFetcher"]
+__all__ = ["HTTPFetcher", "close_session"]
 
 _TOTAL = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _TRANSIENT = {408, 425, 429, 500, 502, 503, 504}
@@ -75,6 +75,13 @@ class HTTPFetcher:
                 return resp.status, resp.headers, body
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise TransientError(type(exc).__name__, str(exc) or type(exc).__name__) from exc
+
+
+async def close_session(fs: Any) -> None:
+    """Close the aiohttp session of ``fs`` (an ``HTTPFileSystem``) and its connections."""
+    session = getattr(fs, "_session", None)  # made on first use (``set_session``)
+    if session is not None:
+        await session.close()
 
 
 def _check_status(status: int, body: bytes) -> None:

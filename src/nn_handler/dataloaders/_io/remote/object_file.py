@@ -30,7 +30,7 @@ from ..process import PerProcess, collection_paused
 from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
 from .generic import Fetcher
 from .ranges import Request, plan_requests
-from .stores import credentials_hint, open_fetcher
+from .stores import close_fetcher, credentials_hint, open_fetcher
 from .urls import safe_url
 
 __all__ = ["RemoteFile"]
@@ -104,8 +104,15 @@ class RemoteFile:
                 views[k][:] = np.frombuffer(data, np.uint8, length, start)
 
     def close(self) -> None:
-        """Drop this process's client (connections close; the next read opens new ones)."""
-        self._fetcher.pop()
+        """Drop this process's client; the next read makes a new one.
+
+        A filesystem made for this file alone (``skip_instance_cache``) closes its connections
+        now; one fsspec shares with other files opened with the same options stays open for
+        them (fsspec closes it at exit).
+        """
+        fetcher = self._fetcher.pop()
+        if fetcher is not None:
+            close_fetcher(fetcher)
 
     def fetcher(self) -> Fetcher:
         """This process's fetcher (made on first use: see ``stores.open_fetcher``)."""

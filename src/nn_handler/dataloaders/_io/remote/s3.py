@@ -13,7 +13,7 @@ from typing import Any
 from ..file.identity import ObjectVersion
 from .failures import ChangedError, DeniedError, FatalError, RequestError, TransientError
 
-__all__ = ["S3Fetcher"]
+__all__ = ["S3Fetcher", "close_client"]
 
 _CHANGED = {"PreconditionFailed", "NoSuchKey", "NoSuchVersion", "404", "412"}
 _DENIED = {
@@ -86,6 +86,13 @@ class S3Fetcher:
             raise _classify(exc) from exc
         except (TimeoutError, boto.HTTPClientError, boto.ConnectionError, OSError) as exc:
             raise TransientError(type(exc).__name__, str(exc)) from exc
+
+
+async def close_client(fs: Any) -> None:
+    """Close the botocore client of ``fs`` (an ``S3FileSystem``): its aiohttp sessions."""
+    creator = getattr(fs, "_s3creator", None)  # made on first use (``set_session``)
+    if creator is not None:  # what s3fs's own ``close_session`` exits, as ``async with`` would
+        await creator.__aexit__(None, None, None)
 
 
 def _classify(exc: Any) -> RequestError:

@@ -5,20 +5,36 @@ S3: ``key``, ``secret``, ``token``, ``anon``, ``profile``, ``endpoint_url``, ``c
 …). Credentials come from the environment by default (each store's own chain: variables, profile,
 instance role). We only add time limits to botocore's client (unless the user set their own):
 our retry loop (``object_file.py``) is the one that bounds the time a read may take.
+
+Clients: fsspec keeps one filesystem per set of options in each process (its instance cache),
+shared by every file opened with them, and closes its client at exit. A filesystem made for one
+fetcher alone (``skip_instance_cache``) is ours to close: its HTTP session is closed when the
+fetcher is closed (``close_fetcher``) or collected, on fsspec's event loop, never left to a
+later collection that would warn about its open connections in whatever runs then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from ..process import process_generation
 from .failures import RetryPolicy
 from .generic import Fetcher, GenericFetcher
-from .http import HTTPFetcher
-from .s3 import S3Fetcher
+from .http import HTTPFetcher, close_session
+from .s3 import S3Fetcher, close_client
 from .urls import HTTP_SCHEMES, S3_SCHEMES, protocol_of
 
-__all__ = ["credentials_hint", "open_fetcher"]
+__all__ = ["close_fetcher", "credentials_hint", "open_fetcher"]
+
+CloseClient = Callable[[Any], Coroutine[Any, Any, None]]
+
+# the fetchers whose filesystem is their own: the finalizer that closes its client
+_closers: weakref.WeakKeyDictionary[Any, weakref.finalize[Any, Any]] = weakref.WeakKeyDictionary()
+# closes started and not yet done: held, or a task could be collected half way
+_closing: set[Any] = set()
 
 # the package each protocol needs (named in the ImportError)
 _PACKAGES = {
@@ -68,11 +84,64 @@ def open_fetcher(
         raise _missing_package(protocol, exc) from exc
     except ValueError as exc:
         raise ValueError(f"url={url!r}: fsspec cannot open protocol {protocol!r} ({exc})") from exc
+    fetcher: Fetcher
+    close: CloseClient | None = None
     if protocol in S3_SCHEMES:
-        return S3Fetcher(fs, url)
-    if protocol in HTTP_SCHEMES:
-        return HTTPFetcher(fs, url)
-    return GenericFetcher(fs, fs._strip_protocol(url))
+        fetcher, close = S3Fetcher(fs, url), close_client
+    elif protocol in HTTP_SCHEMES:
+        fetcher, close = HTTPFetcher(fs, url), close_session
+    else:  # its client is the store's own business: fsspec's finalizer closes it
+        fetcher = GenericFetcher(fs, fs._strip_protocol(url))
+    if close is not None and not _shared(fs):
+        closer = weakref.finalize(fetcher, _close_client, fs, close, process_generation())
+        closer.atexit = False  # at exit fsspec's own finalizer closes it, and waits
+        _closers[fetcher] = closer
+    return fetcher
+
+
+def close_fetcher(fetcher: Fetcher) -> None:
+    """Close the client of ``fetcher``'s filesystem now, when that filesystem is its alone.
+
+    A filesystem fsspec shares among the files opened with the same options stays open for
+    them. Safe in any process: a copy inherited through ``fork`` closes nothing of the parent's.
+    """
+    closer = _closers.pop(fetcher, None)
+    if closer is not None:
+        closer()
+
+
+def _shared(fs: Any) -> bool:
+    """Whether ``fs`` is in fsspec's instance cache (handed to every caller with its options)."""
+    cache = getattr(type(fs), "_cache", None)
+    return cache is not None and cache.get(getattr(fs, "_fs_token", None)) is fs
+
+
+def _close_client(fs: Any, close: CloseClient, generation: int) -> None:
+    """Start ``close(fs)`` on the filesystem's event loop; never wait for it.
+
+    Runs when a fetcher is closed or collected, and a collection runs on any thread: fsspec's
+    loop thread, or a thread the loop may be waiting for (h5py's lock, see
+    ``process.collection_paused``). So the close is only scheduled. (fsspec's own finalizer
+    waits for the loop from the collecting thread, gives up after a moment under load, and
+    then leaves s3fs's connections open.) The coroutine holds ``fs`` until the session is
+    closed: the filesystem is freed after it, on the loop's thread.
+    """
+    if process_generation() != generation:  # a forked child's copy: the parent's client
+        return
+    loop = getattr(fs, "loop", None)
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return  # no loop to close on: fsspec's finalizer closes what it can
+    try:
+        on_loop = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        on_loop = False
+    closing: Any
+    if on_loop:
+        closing = loop.create_task(close(fs))
+    else:
+        closing = asyncio.run_coroutine_threadsafe(close(fs), loop)
+    _closing.add(closing)
+    closing.add_done_callback(_closing.discard)
 
 
 def credentials_hint(url: str) -> str:
