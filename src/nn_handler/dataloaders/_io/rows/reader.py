@@ -242,9 +242,10 @@ class RowReader:
             raise IndexError(f"chunk {bad[0]} is out of range for {count} chunks of {self.key!r}")
         bounds = [(c * rows, min((c + 1) * rows, self.length)) for c in chunks]
         if self._blocks is not None and self._blocks.geometry.block_rows == rows:
-            blocks = self._blocks.read_blocks(self._dataset(), sorted(set(chunks)))
+            ids = sorted(set(chunks))
+            blocks = self._blocks.read_blocks(self._dataset(), ids)
             if blocks is not None:
-                by_id = dict(zip(sorted(set(chunks)), blocks, strict=True))
+                by_id = dict(zip(ids, blocks, strict=True))
                 return [by_id[c] for c in chunks]
         if self._blocks is not None and bounds:
             # one batch read: the engine decodes each chunk once, in parallel, and keeps it
