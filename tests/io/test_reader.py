@@ -271,3 +271,30 @@ def test_read_runs_outside_the_dataset_raise(layout_file):
     for starts, stops in (([50], [54]), ([-1], [2]), ([5], [4])):
         with pytest.raises(IndexError):
             reader(path).read_runs(np.array(starts), np.array(stops), one, out)
+
+
+def _chunks_written(path, order, rows=53, chunk=8):
+    data = images(rows)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=data.shape, dtype=data.dtype, chunks=(chunk, 3, 4))
+        for c in order:  # HDF5 places each chunk where the file ends when it is first written
+            d[c * chunk : (c + 1) * chunk] = data[c * chunk : (c + 1) * chunk]
+    return data
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_mapped_chunks_read_as_one_span_only_when_back_to_back(tmp_path, backwards):
+    path = tmp_path / "x.h5"
+    order = list(range(7))
+    data = _chunks_written(path, order[::-1] if backwards else order)
+    r = reader(path)
+    assert r.strategy == "memmap"
+    assert (r._mapped[0] == r.length) is not backwards  # in order: one span of rows
+    idx = [52, 0, 7, 8, 15, 16, 40, 3, 3]
+    np.testing.assert_array_equal(r.read(idx), data[idx])
+    starts, stops = np.array([50, 0, 6, 31], np.int64), np.array([53, 10, 17, 41], np.int64)
+    lengths = stops - starts
+    out = np.zeros((int(lengths.sum()), 3, 4), np.float32)
+    r.read_runs(starts, stops, np.cumsum(lengths) - lengths, out)
+    expected = [data[s:e] for s, e in zip(starts.tolist(), stops.tolist(), strict=True)]
+    np.testing.assert_array_equal(out, np.concatenate(expected))

@@ -29,6 +29,7 @@ from ._io.rows.plan import WindowPlan, grow_cache
 from ._samples.batch_ring import ring_buffer
 from ._samples.columns import ENCODING_ARG
 from ._samples.split import split_samples
+from ._samples.tensors import torch_dtype
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
@@ -299,7 +300,9 @@ class H5SparseDataset(Dataset[Any]):
         rows, inverse = self._entries(idx)
         # in a worker process, scattered straight into a slot of its batch ring: a dense
         # single-cell batch is large (4,096 cells x 20,000 genes: 328 MB) and a copy costs
-        slot = ring_buffer((idx.size, self.n_cols), torch.from_numpy(np.empty(0, self.dtype)).dtype)
+        slot = None
+        if inverse is None or inverse.size == rows.lengths.size:  # repeats: to_dense copies
+            slot = ring_buffer((idx.size, self.n_cols), torch_dtype(self.dtype))
         out = None if slot is None else slot.numpy()
         return to_dense(rows, inverse, self.n_cols, self.dtype, out)
 

@@ -17,6 +17,7 @@ import torch
 from ..._validate import format_bytes
 from .._samples.pinned import log_once, pin_in_place
 from .._samples.shared_memory import SHM_PATH, shm_space
+from .._samples.tensors import torch_dtype
 
 __all__ = [
     "SHM_PATH",
@@ -98,7 +99,7 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype[Any], *, shared: bool) -> t
     itemsize = np.dtype(dtype).itemsize
     layout = torch.empty(shape, dtype=torch.uint8, device="meta")  # shape and strides only
     storage: torch.UntypedStorage = torch.UntypedStorage._new_shared(layout.numel() * itemsize)  # type: ignore[no-untyped-call]
-    tensor = torch.from_numpy(np.empty(0, dtype=dtype))  # the torch dtype of ``dtype``
+    tensor = torch.empty(0, dtype=torch_dtype(dtype))
     return tensor.set_(storage, 0, layout.shape, layout.stride())
 
 

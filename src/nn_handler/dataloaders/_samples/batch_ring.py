@@ -47,6 +47,7 @@ from .._io.process import PerProcess, process_alive
 from .pinned import pin_in_place
 from .shared_memory import in_worker_process, new_shared, share_batch, shm_space
 from .structure import move
+from .tensors import torch_dtype
 
 __all__ = [
     "RING_SLOTS",
@@ -232,8 +233,7 @@ def worker_batch(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
     Raises:
         MemoryError: ``/dev/shm`` has no room for a fresh tensor either.
     """
-    torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    found = ring_buffer(shape, torch_dtype)
+    found = ring_buffer(shape, torch_dtype(dtype))
     return new_shared(shape, dtype) if found is None else found
 
 

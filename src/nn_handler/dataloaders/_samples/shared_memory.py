@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..._validate import format_bytes
+from .tensors import torch_dtype
 
 __all__ = ["SHM_PATH", "in_worker_process", "new_shared", "share_batch", "shm_space"]
 
@@ -52,7 +53,7 @@ def new_shared(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
     Raises:
         MemoryError: ``/dev/shm`` has no room for it (the message says what to do).
     """
-    probe = torch.from_numpy(np.empty(0, dtype=dtype))
+    probe = torch.empty(0, dtype=torch_dtype(dtype))
     numel = math.prod(shape)
     try:  # what default_collate does in workers: allocate the shared storage directly
         storage = probe._typed_storage()._new_shared(numel, device=probe.device)  # type: ignore[no-untyped-call]

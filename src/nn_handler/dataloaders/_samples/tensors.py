@@ -9,7 +9,7 @@ import torch
 
 from .._io.rows.kinds import sample_kind, unsupported_reason
 
-__all__ = ["check_tensor_dtype", "to_tensor"]
+__all__ = ["check_tensor_dtype", "to_tensor", "torch_dtype"]
 
 _TORCH_KINDS = "biufc"  # bool, signed, unsigned, float, complex
 
@@ -61,3 +61,12 @@ def to_tensor(arr: np.ndarray[Any, Any], dtype: np.dtype[Any] | None = None) -> 
     if not arr.flags.writeable:
         arr = arr.copy()
     return torch.from_numpy(arr)
+
+
+def torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
+    """The torch dtype NumPy's ``dtype`` becomes in ``torch.from_numpy``.
+
+    Raises:
+        TypeError: torch has no such dtype.
+    """
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype

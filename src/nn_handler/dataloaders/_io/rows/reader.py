@@ -218,9 +218,18 @@ class RowReader:
         ):
             raise IndexError(f"row runs outside a dataset of length {self.length}")
         raw = self._mapped_rows(self.source.check_unchanged()).file.data
+        rows_per_chunk, chunk_offsets = self._mapped
+        if rows_per_chunk < self.length:
+            for s, e, t in runs:
+                if e > s:
+                    self._copy_mapped(raw, s, e, out[t : t + e - s])
+            return
+        # one span of rows: a sparse batch is thousands of short runs, each one slice copy
+        begin = int(chunk_offsets[0])
+        rows = raw[begin : begin + self.length * self.row_nbytes].view(self.dtype)
+        rows = rows.reshape(self.length, *self.row_shape)
         for s, e, t in runs:
-            if e > s:
-                self._copy_mapped(raw, s, e, out[t : t + e - s])
+            out[t : t + e - s] = rows[s:e]
 
     def read_chunks(self, chunks: list[int]) -> list[np.ndarray[Any, Any]]:
         """Return whole chunks along axis 0: rows ``[c * chunk_rows, (c + 1) * chunk_rows)``.
@@ -476,8 +485,18 @@ def _mapped_layout(
     if layout.contiguous_offset is not None:
         return int(dset.shape[0]), np.array([layout.contiguous_offset], dtype=np.int64)
     if layout.chunks is not None and dset.id.get_create_plist().get_nfilters() == 0:
-        return _chunk_table(dset, layout)
+        table = _chunk_table(dset, layout)
+        if table is not None and _back_to_back(*table, row_nbytes):
+            # chunks written in order, end to end (h5py's usual result): the rows are one
+            # span of bytes, so a run of rows is one copy whatever chunks it crosses
+            return int(dset.shape[0]), table[1][:1]
+        return table
     return None
+
+
+def _back_to_back(rows_per_chunk: int, offsets: IndexArray, row_nbytes: int) -> bool:
+    step = rows_per_chunk * row_nbytes
+    return bool(np.all(offsets == offsets[0] + step * np.arange(offsets.size)))
 
 
 def _mappable(dset: h5py.Dataset, file: ByteSource | None, row_nbytes: int, layout: Layout) -> bool:
