@@ -80,6 +80,7 @@ class RowReader:
         self._bytes = source.byte_source()
         self._mapped = _mapped_layout(dset, self._bytes, self.row_nbytes, layout)
         self._mapped_end = _mapped_end(self._mapped, self.length, self.row_nbytes)
+        self._spans = _spans(self._mapped, self.length, self.row_nbytes)
         self._map: PerProcess[_MappedRows] = PerProcess()
         if self._mapped is not None and not self._memmap_agrees(dset):
             self._mapped = None
@@ -218,18 +219,21 @@ class RowReader:
         ):
             raise IndexError(f"row runs outside a dataset of length {self.length}")
         raw = self._mapped_rows(self.source.check_unchanged()).file.data
-        rows_per_chunk, chunk_offsets = self._mapped
-        if rows_per_chunk < self.length:
-            for s, e, t in runs:
-                if e > s:
-                    self._copy_mapped(raw, s, e, out[t : t + e - s])
-            return
-        # one span of rows: a sparse batch is thousands of short runs, each one slice copy
-        begin = int(chunk_offsets[0])
-        rows = raw[begin : begin + self.length * self.row_nbytes].view(self.dtype)
-        rows = rows.reshape(self.length, *self.row_shape)
-        for s, e, t in runs:
-            out[t : t + e - s] = rows[s:e]
+        # a sparse batch is thousands of short runs: each one slice copy out of the span of
+        # end-to-end chunks it lies in (h5py writes chunks in order, a B-tree node between
+        # every few dozen), and only runs across a gap go chunk by chunk
+        heads = self._spans[0]
+        span = np.minimum(np.searchsorted(heads, starts, side="right") - 1, heads.size - 2)
+        inside = (stops <= heads[span + 1]).tolist()
+        views: dict[int, tuple[int, np.ndarray[Any, Any]]] = {}
+        for (s, e, t), k, one in zip(runs, span.tolist(), inside, strict=True):
+            if not one:
+                self._copy_mapped(raw, s, e, out[t : t + e - s])
+                continue
+            if k not in views:
+                views[k] = self._span_rows(raw, k)
+            head, rows = views[k]
+            out[t : t + e - s] = rows[s - head : e - head]
 
     def read_chunks(self, chunks: list[int]) -> list[np.ndarray[Any, Any]]:
         """Return whole chunks along axis 0: rows ``[c * chunk_rows, (c + 1) * chunk_rows)``.
@@ -366,6 +370,13 @@ class RowReader:
             span = raw[begin : begin + (hi - lo) * self.row_nbytes]
             out[lo - start : hi - start] = span.view(self.dtype).reshape(hi - lo, *self.row_shape)
 
+    def _span_rows(self, raw: np.ndarray[Any, Any], k: int) -> tuple[int, np.ndarray[Any, Any]]:
+        """First row of span ``k`` and its rows, as an array over the mapped bytes."""
+        heads, firsts = self._spans
+        head, stop, begin = int(heads[k]), int(heads[k + 1]), int(firsts[k])
+        span = raw[begin : begin + (stop - head) * self.row_nbytes].view(self.dtype)
+        return head, span.reshape(stop - head, *self.row_shape)
+
     def _mapped_rows(self, checked: bool) -> _MappedRows:
         mapped = self._map.get_or_make(self._map_file)
         # a page past a truncated end is SIGBUS; the path's identity only when HDF5's
@@ -455,6 +466,19 @@ def _mapped_end(mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: 
         return 0
     rows_per_chunk, offsets = mapped
     return int(offsets.max()) + min(rows_per_chunk, length) * row_nbytes
+
+
+def _spans(
+    mapped: tuple[int, IndexArray] | None, length: int, row_nbytes: int
+) -> tuple[IndexArray, IndexArray]:
+    """Spans of rows whose chunks lie end to end: ``(first rows + length, byte offsets)``."""
+    if mapped is None:
+        return np.array([0, length], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    rows_per_chunk, offsets = mapped
+    gaps = np.flatnonzero(np.diff(offsets) != rows_per_chunk * row_nbytes) + 1
+    chunks = np.concatenate(([0], gaps)).astype(np.int64)
+    heads = np.minimum(np.append(chunks * rows_per_chunk, length), length)
+    return heads, offsets[chunks]
 
 
 def _is_strictly_increasing(idx: IndexArray) -> bool:
