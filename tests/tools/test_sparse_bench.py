@@ -109,3 +109,15 @@ def test_vs_annbatch_with_annbatch(tmp_path):
     # annbatch's batches mix like a full shuffle: 256 random cells of 3,000 touch ~45 of 47
     assert all(40 < float(r[5]) <= 47 for r in rows)
     assert "annbatch's conversion first" in text and "skipped" not in text
+
+
+def test_vs_annbatch_on_a_compressed_file_reads_ours_chunk_by_chunk(tmp_path):
+    path = tmp_path / "cells-gzip.h5ad"
+    write_sparse_h5ad(path, 300, 50, 0.1, compression="gzip")
+    skip = AnnbatchUnavailableError("not here")
+    text = run_vs_annbatch(str(path), skip, seconds=0.01, repeats=1, batch=32, workers=(0,))
+    assert "CSR, gzip" in text
+    assert [r[0] for r in _table_rows(text)] == [
+        "H5SparseDataset + ChunkShuffleSampler, num_workers=0"
+    ] * 2
+

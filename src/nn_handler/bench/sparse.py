@@ -304,7 +304,8 @@ def run_vs_annbatch(
         n, n_cols = (int(v) for v in f["X"].attrs["shape"])
         nnz = int(f["X/indptr"][-1])
         compression = f["X/data"].compression or "uncompressed"
-    ours_rows = _our_rows(path, batch, workers, order_batches)
+    chunked = compression != "uncompressed"
+    ours_rows = _our_rows(path, batch, workers, order_batches, chunked=chunked)
     runner, theirs, conversion, skip = _annbatch_rows(path, annbatch, batch, store)
     order_out = f"{os.path.splitext(path)[0]}.annbatch-order.npy"
     for round_ in range(repeats):  # interleaved: a busy spell hurts every loader alike
@@ -329,15 +330,21 @@ def run_vs_annbatch(
 
 
 def _our_rows(
-    path: str, batch: int, workers: Sequence[int], order_batches: int
+    path: str, batch: int, workers: Sequence[int], order_batches: int, *, chunked: bool = False
 ) -> list[tuple[Row, Contender]]:
-    """Our rows (sparse_csr, then dense, at each worker count) with their mixing filled in."""
+    """Our rows (sparse_csr, then dense, at each worker count) with their mixing filled in.
+
+    ``chunked``: a compressed file, read with a ``ChunkShuffleSampler`` (each chunk decoded
+    once an epoch) rather than a full shuffle (every batch decoding hundreds of chunks).
+    """
     found: list[tuple[Row, Contender]] = []
     outputs: tuple[tuple[Output, Kind], ...] = (("sparse_csr", "csr"), ("dense", "dense"))
     for output, kind in outputs:
         for w in workers:
-            name = f"H5SparseDataset + EpochShuffleSampler, num_workers={w}"
-            contender = ours(path, batch, _full_shuffle, name, output, num_workers=w)
+            sampler = _chunk_shuffle(batch, w) if chunked else _full_shuffle
+            kind_name = "ChunkShuffleSampler" if chunked else "EpochShuffleSampler"
+            name = f"H5SparseDataset + {kind_name}, num_workers={w}"
+            contender = ours(path, batch, sampler, name, output, num_workers=w)
             found.append((Row(name, output, kind), contender))
     # one sampler for all: the same order whatever the output or the worker count
     mixing = blocks_per_batch(_full_batches(found[0][1].order(), batch, order_batches))
@@ -368,6 +375,10 @@ def _annbatch_rows(
 
 def _full_shuffle(ds: H5SparseDataset) -> EpochShuffleSampler:
     return EpochShuffleSampler(len(ds), seed=0)
+
+
+def _chunk_shuffle(batch: int, workers: int) -> Callable[[H5SparseDataset], ChunkShuffleSampler]:
+    return lambda ds: ChunkShuffleSampler(ds, seed=0, batch_size=batch, num_workers=workers)
 
 
 def _full_batches(order: np.ndarray[Any, Any], batch: int, most: int) -> np.ndarray[Any, Any]:
