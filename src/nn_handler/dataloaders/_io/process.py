@@ -24,13 +24,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from queue import SimpleQueue
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "PerProcess",
     "around_fork",
     "collection_paused",
     "join_threads",
+    "loop_may_wait_for_h5py",
     "pause_collection_until_h5py_returns",
     "process_alive",
     "process_generation",
@@ -44,6 +48,9 @@ _paused_lock = threading.Lock()
 _paused = 0  # pauses now in force (threads inside collection_paused(), handed-over pauses)
 _was_enabled = False
 _STOP = 0  # told to a watcher thread instead of a thread ident (never 0) to make it exit
+_tracking = False  # _collection_tracker() is in gc.callbacks
+# the event loop run by the thread that is in a collection now (one at a time in a process)
+_collecting_loop: asyncio.AbstractEventLoop | None = None
 
 
 def process_generation() -> int:
@@ -114,6 +121,39 @@ def pause_collection_until_h5py_returns() -> None:
     watcher.queue.put(me)
 
 
+def loop_may_wait_for_h5py(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s thread is in a collection while this thread holds h5py's lock.
+
+    Such a collection waits for h5py's lock as soon as it frees a cyclic h5py object, so a
+    read that waits for ``loop`` would wait until its time bound; pausing collection cannot
+    help, as the collection had begun before (``remote.object_file`` reads on this thread
+    instead). Collections are tracked from the first call on; a few tens of nanoseconds.
+    """
+    global _tracking
+    if not _tracking:  # (two threads may both register: the callback is idempotent)
+        _tracking = True
+        gc.callbacks.insert(0, _collection_tracker())  # first: set before others run
+    if _collecting_loop is not loop:
+        return False
+    from h5py._objects import phil
+
+    return bool(phil._is_owned())
+
+
+def _collection_tracker() -> Callable[[str, dict[str, int]], None]:
+    """The ``gc.callbacks`` entry that keeps ``_collecting_loop``."""
+    # imported here, not with this module: asyncio costs 30 ms to import, and only remote
+    # reads need it
+    from asyncio import _get_running_loop
+
+    def track(phase: str, info: dict[str, int]) -> None:
+        global _collecting_loop
+        # a thread running no loop records None: nobody waits for it to answer
+        _collecting_loop = _get_running_loop() if phase == "start" else None
+
+    return track
+
+
 class _Watcher:
     """Ends the pauses handed over by threads inside h5py calls, once h5py's lock is free."""
 
@@ -157,8 +197,9 @@ def _resume() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _generation, _make_lock, _paused, _paused_lock
+    global _collecting_loop, _generation, _make_lock, _paused, _paused_lock
     _generation += 1
+    _collecting_loop = None  # the thread that collected, if any, is not in this process
     # a thread of the parent may have held them at fork time; it does not exist here
     _make_lock = threading.Lock()
     _paused_lock = threading.Lock()

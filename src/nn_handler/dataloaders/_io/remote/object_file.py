@@ -18,22 +18,28 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..errors import FileChangedError, RemoteAccessError, RemoteReadError
 from ..file.byte_source import Buffer
 from ..file.identity import ObjectVersion
-from ..process import PerProcess, collection_paused
+from ..process import PerProcess, collection_paused, loop_may_wait_for_h5py
 from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
 from .generic import Fetcher
 from .ranges import Request, plan_requests
-from .stores import close_fetcher, credentials_hint, open_fetcher
+from .stores import close_fetcher, close_fetcher_here, credentials_hint, open_fetcher
 from .urls import safe_url
 
 __all__ = ["RemoteFile"]
+
+T = TypeVar("T")
+Work = Callable[[Fetcher], Coroutine[Any, Any, T]]  # a read, given the client to send it by
+# how often a wait with h5py's lock held looks whether the loop's thread began a collection
+_WATCH_S = 0.005
 
 
 class RemoteFile:
@@ -96,7 +102,7 @@ class RemoteFile:
         plan = plan_requests(ranges, gap=self.policy.gap, max_request=self.policy.max_request)
         if not plan:
             return
-        fetched = self._run(self._fetch_all(plan))
+        fetched = self._run(lambda fetcher: self._fetch_all(plan, fetcher))
         for request, data in zip(plan, fetched, strict=True):
             for k in request.members:
                 offset, length = ranges[k]
@@ -121,9 +127,7 @@ class RemoteFile:
         )
 
     def _head(self) -> ObjectVersion:
-        fetcher = self.fetcher()
-        version: ObjectVersion = self._run(self._retry(fetcher.head, "the object's size and ETag"))
-        return version
+        return self._run(lambda fetcher: self._retry(fetcher.head, "the object's size and ETag"))
 
     def _check_ends(self, ranges: Sequence[tuple[int, int]]) -> None:
         end = max((o + n for o, n in ranges), default=0)
@@ -135,9 +139,8 @@ class RemoteFile:
                 self.name,
             )
 
-    async def _fetch_all(self, plan: list[Request]) -> list[bytes]:
+    async def _fetch_all(self, plan: list[Request], fetcher: Fetcher) -> list[bytes]:
         limit = asyncio.Semaphore(self.policy.concurrency)
-        fetcher = self.fetcher()
         step = self.policy.max_request
 
         async def one(start: int, end: int) -> bytes:
@@ -173,7 +176,7 @@ class RemoteFile:
         self.fetched_bytes += len(data)
         return data
 
-    async def _retry(self, attempt: Any, what: str) -> Any:
+    async def _retry(self, attempt: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
         """Run ``attempt()`` until it succeeds, retrying transient failures within the bound."""
         policy, began, tries = self.policy, time.monotonic(), 0
         while True:
@@ -225,34 +228,80 @@ class RemoteFile:
         version = getattr(self, "_version", None)
         return version.describe() if version is not None else "not yet recorded"
 
-    def _run(self, coro: Any) -> Any:
-        """Run ``coro`` on fsspec's event loop thread and wait (bounded) for its result.
+    def _run(self, work: Work[T]) -> T:
+        """Run ``work`` on fsspec's event loop thread and wait (bounded) for its result.
 
         Whatever ends the wait (the result, the bound, an interrupt) ends the coroutine too:
-        no request outlives the call that sent it.
+        no request outlives the call that sent it. When the loop's thread is in a collection
+        that may wait for h5py's lock, which this thread holds (``loop_may_wait_for_h5py``),
+        the read is sent from this thread instead.
         """
         from fsspec.asyn import get_loop
 
-        fs = getattr(self.fetcher(), "fs", None)
-        loop = getattr(fs, "loop", None) or get_loop()
-        if _running_loop() is loop:
-            coro.close()
+        fetcher = self.fetcher()
+        loop = getattr(getattr(fetcher, "fs", None), "loop", None) or get_loop()
+        here = _running_loop()
+        if here is loop:
             raise RuntimeError(
                 f"{self.name!r} was read from fsspec's event loop thread, where the read would "
                 "wait for itself: read it from another thread"
             )
+        # (a thread that runs a loop of its own cannot run another: it waits for fsspec's)
         with collection_paused():  # before the coroutine can start on the loop's thread
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            if here is None and loop_may_wait_for_h5py(loop):
+                return self._run_here(work)
+            future = asyncio.run_coroutine_threadsafe(work(fetcher), loop)
             try:
-                return future.result(timeout=self.policy.total_s + self.policy.attempt_s)
-            except TimeoutError as exc:
-                if not future.cancel():  # it ended as the wait ran out: that ending stands
+                if self._wait(future, loop, watch=here is None):
                     return future.result()
-                raise RemoteReadError(
-                    f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
-                ) from exc
             finally:
                 future.cancel()
+            return self._run_here(work)
+
+    def _wait(self, future: Future[Any], loop: asyncio.AbstractEventLoop, watch: bool) -> bool:
+        """Wait for ``future`` within the bound: True once it is done.
+
+        False (with ``watch``) as soon as the loop's thread is in a collection that may wait
+        for h5py's lock held here: the caller reads on this thread instead.
+        """
+        deadline = time.monotonic() + self.policy.total_s + self.policy.attempt_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                future.result(timeout=min(left, _WATCH_S) if watch else left)
+            except TimeoutError:
+                if future.done():  # the coroutine's own TimeoutError: the caller raises it
+                    return True
+                if watch and loop_may_wait_for_h5py(loop):
+                    return False
+                continue
+            return True
+        if not future.cancel():  # it ended as the wait ran out: that ending stands
+            return True
+        raise RemoteReadError(
+            f"{self.name!r} did not answer within {self.policy.total_s}s", self.name
+        )
+
+    def _run_here(self, work: Work[T]) -> T:
+        """Run ``work`` on this thread, on an event loop and a client of its own (then closed).
+
+        Costs a connection and a client per call: only for a read that must not wait for the
+        loop's thread.
+        """
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            return runner.run(self._with_own_client(work))
+
+    async def _with_own_client(self, work: Work[T]) -> T:
+        options = {
+            **self.storage_options,
+            "asynchronous": True,
+            "loop": asyncio.get_running_loop(),
+            "skip_instance_cache": True,
+        }
+        fetcher = open_fetcher(self.url, options, self.policy)
+        try:
+            return await work(fetcher)
+        finally:
+            await close_fetcher_here(fetcher)
 
     def __repr__(self) -> str:
         return f"RemoteFile({self.name!r}, {self._version_text()})"

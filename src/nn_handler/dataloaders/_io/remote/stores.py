@@ -27,7 +27,7 @@ from .http import HTTPFetcher, close_session
 from .s3 import S3Fetcher, close_client
 from .urls import HTTP_SCHEMES, S3_SCHEMES, protocol_of
 
-__all__ = ["close_fetcher", "credentials_hint", "open_fetcher"]
+__all__ = ["close_fetcher", "close_fetcher_here", "credentials_hint", "open_fetcher"]
 
 CloseClient = Callable[[Any], Coroutine[Any, Any, None]]
 
@@ -108,6 +108,19 @@ def close_fetcher(fetcher: Fetcher) -> None:
     closer = _closers.pop(fetcher, None)
     if closer is not None:
         closer()
+
+
+async def close_fetcher_here(fetcher: Fetcher) -> None:
+    """Close the client of ``fetcher``'s own filesystem on the running loop, and wait for it.
+
+    For a fetcher made on a loop that stops after its use (``close_fetcher`` only starts the
+    close on the filesystem's loop, which would be gone before the close ran).
+    """
+    closer = _closers.pop(fetcher, None)
+    detached = closer.detach() if closer is not None else None
+    if detached is not None:
+        _, _, (fs, close, _), _ = detached
+        await close(fs)
 
 
 def _shared(fs: Any) -> bool:
