@@ -8,8 +8,9 @@ error from deep inside, a hang, or nonsense accepted in silence.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from nn_handler import NNHandler, World
 from nn_handler.dataloaders import (
@@ -235,8 +238,44 @@ def _same(a: Any, b: Any) -> bool:
 def _use(result: Any) -> None:
     """A loader must serve its epoch: errors that only show while iterating count."""
     if isinstance(result, DataLoader):
-        for _ in result:
-            pass
+        with _no_race_with_the_clock(result):
+            for _ in result:
+                pass
+
+
+@contextlib.contextmanager
+def _no_race_with_the_clock(loader: DataLoader[Any]) -> Iterator[None]:
+    """Serve a loader with ``timeout > 0`` its epoch however busy the machine is.
+
+    torch bounds each wait for a worker's batch by ``timeout`` seconds of wall time, and raises
+    "DataLoader timed out after 1.5 seconds" past it. The first wait covers the worker's start
+    and its first read (0.2 to 0.5 s on 2 cores beside two CPU burners; more on a machine shared
+    with other jobs): a worker short of CPU misses 1.5 s by chance, which says nothing about the
+    value. Each wait still goes to torch's queue with the loader's own timeout (checked below:
+    the value reaches the wait unchanged); one that runs out waits again with torch's own
+    worker-status checks (a dead worker still raises), so the test checks the value, not the
+    machine's load.
+    """
+    if not loader.timeout:
+        yield
+        return
+    timed: Any = _MultiProcessingDataLoaderIter._try_get_data
+    asked: list[float] = []
+
+    def patient(it: Any, timeout: float = MP_STATUS_CHECK_INTERVAL) -> Any:
+        if timeout != it._timeout:  # one of torch's status checks: not the bound
+            return timed(it, timeout)
+        asked.append(timeout)
+        success, data = timed(it, timeout)
+        while not success:  # late, not lost: torch would raise "timed out" here
+            success, data = timed(it)
+        return success, data
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_MultiProcessingDataLoaderIter, "_try_get_data", patient)
+        yield
+    assert asked, f"no wait for a batch was bounded by timeout={loader.timeout!r}"
+    assert all(_same(t, loader.timeout) for t in asked), asked
 
 
 @pytest.mark.parametrize(
