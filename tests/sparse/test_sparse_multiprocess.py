@@ -17,7 +17,6 @@ pytestmark = [
     # CSR batches cross in ring slots, rebuilt by us without a warning; these tiny ones put
     # all four parts in one ring of small slots, so a batch can find it full and go the old
     # way, which torch rebuilds with its own warning (once per process)
-    pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled"),
     pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta"),
 ]
 

@@ -115,6 +115,20 @@ def _loader(store: str, args: argparse.Namespace, seed: int, return_index: bool 
     return loader.use_collection(annbatch.DatasetCollection(store, mode="r"), load_adata=x_only)
 
 
+def _epochs(loader: Any) -> Iterator[Any]:
+    """Epoch after epoch of one loader (each a fresh draw: ``shuffle=True``), to fill the budget.
+
+    Stops after an epoch that yields nothing.
+    """
+    while True:
+        served = False
+        for batch in loader:
+            served = True
+            yield batch
+        if not served:
+            return
+
+
 def _timed(
     batches: Iterator[Any], budget_s: float, transform: Callable[[Any], Any]
 ) -> dict[str, float]:
@@ -157,7 +171,7 @@ def load(h5ad: str, store: str, args: argparse.Namespace) -> dict[str, Any]:
         _save_order(h5ad, store, args)
     result: dict[str, Any] = {}
     for kind, transform in (("csr", lambda x: x), ("dense", lambda x: x.toarray())):
-        result[kind] = _timed(iter(_loader(store, args, args.seed)), args.seconds, transform)
+        result[kind] = _timed(_epochs(_loader(store, args, args.seed)), args.seconds, transform)
     return result
 
 

@@ -13,10 +13,9 @@ filling a cache and then reading from it (``remote_file.py``).
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -50,7 +49,7 @@ from .remote_file import (
     time_cache_passes,
     time_fsspec_naive,
 )
-from .timing import Result, batch_len, timed_pass
+from .timing import Result, batch_len, epochs, timed_pass
 
 __all__ = ["FileBench", "bench_file"]
 
@@ -150,16 +149,7 @@ def _check_remote_options(
 
 
 def _time(name: str, loader: Any, sample_bytes: int, seconds: float) -> Result:
-    return timed_pass(name, _epochs(loader), sample_bytes, seconds, batch_len, warmup=1)
-
-
-def _epochs(loader: Any) -> Iterator[Any]:
-    """Epoch after epoch (reshuffled through ``set_epoch``), so small files fill the budget."""
-    for epoch in itertools.count():
-        set_epoch = getattr(loader.sampler, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
-        yield from loader
+    return timed_pass(name, epochs(loader), sample_bytes, seconds, batch_len, warmup=1)
 
 
 def _sample_bytes(ds: H5LazyDataset) -> int:

@@ -6,6 +6,7 @@ reports ratios: absolute numbers drift on shared machines, ratios much less.
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import time
@@ -20,6 +21,7 @@ import torch
 __all__ = [
     "Result",
     "batch_len",
+    "epochs",
     "format_table",
     "machine_line",
     "print_table",
@@ -71,6 +73,23 @@ def timed_pass(
         if time.perf_counter() - start > budget_s:
             break
     return Result(name, samples, time.perf_counter() - start, sample_bytes)
+
+
+def epochs(loader: Any) -> Iterator[Any]:
+    """Epoch after epoch of ``loader`` (reshuffled through ``set_epoch``), to fill a budget.
+
+    Stops after an epoch that yields nothing.
+    """
+    for epoch in itertools.count():
+        set_epoch = getattr(loader.sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+        served = False
+        for batch in loader:
+            served = True
+            yield batch
+        if not served:
+            return
 
 
 def timed_call(name: str, fn: Callable[[], int], sample_bytes: int) -> Result:

@@ -264,6 +264,31 @@ class _CsrRef(NamedTuple):
 _REFS = (_SlotRef, _CsrRef)
 
 
+class _CsrParts(NamedTuple):
+    """A sparse CSR tensor sent the old way, as its three parts: rebuilt by us, not by torch.
+
+    torch rebuilds a CSR tensor it receives without its invariant checks and warns about that
+    ("Sparse invariant checks are implicitly disabled") in the user's loop; the parts are made
+    by ``H5SparseDataset`` valid, so the main process builds the tensor itself, unchecked.
+    """
+
+    crow: torch.Tensor
+    col: torch.Tensor
+    values: torch.Tensor
+    size: tuple[int, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _csr_from_parts, tuple(self)
+
+
+def _csr_from_parts(
+    crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, ...]
+) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+
+
 class _SlotBatch:
     """A batch packed in a worker: unpickles, in the main process, as the batch itself."""
 
@@ -293,7 +318,7 @@ def pack_batch(batch: Any) -> Any:
     refs: list[_SlotRef] = []
     packed = move(batch, lambda t: _to_slot(rings, t, announced, refs))
     if not refs:
-        return share_batch(batch)
+        return share_batch(packed)
     return _SlotBatch(announced, share_batch(packed))
 
 
@@ -342,15 +367,15 @@ def _csr_to_slots(
     announced: list[_Announcement],
     refs: list[_SlotRef],
 ) -> Any:
-    """A CSR tensor's three parts in slots (sparse single-cell batches), or the tensor itself.
+    """A CSR tensor's three parts in slots (sparse single-cell batches), or sent the old way.
 
-    Sent the old way, each part is a fresh shared-memory segment, and the main process rebuilds
-    the tensor through torch, which warns about unchecked invariants once per process.
+    The old way (a part finds no slot: a short last batch, no ring left) moves each part into
+    a fresh shared-memory segment, and ``_CsrParts`` has the main process rebuild the tensor.
     """
     parts = [tensor.crow_indices(), tensor.col_indices(), tensor.values()]
     placed = [_place(rings, part) for part in parts]
-    if any(p is None for p in placed):
-        return tensor  # the parts placed are dropped unsent here: their slots free again
+    if any(p is None for p in placed):  # the parts placed are dropped unsent: slots free again
+        return _CsrParts(parts[0], parts[1], parts[2], tuple(tensor.shape))
     crow, col, values = (_send(p, announced, refs) for p in placed if p is not None)
     return _CsrRef(crow, col, values, tuple(tensor.shape))
 
@@ -412,9 +437,7 @@ def _rebuild(ref: Any, rings: dict[str, _MainRing], bases: dict[tuple[str, int],
     if isinstance(ref, _SlotRef):
         return _view(ref, rings, bases)
     crow, col, values = (_view(part, rings, bases) for part in ref[:3])
-    with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, col, values, ref.size, check_invariants=False)
+    return _csr_from_parts(crow, col, values, ref.size)
 
 
 def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
