@@ -124,3 +124,28 @@ def test_read_chunks_in_any_order_and_number(readers, kind, chunks):
         got[0][...] = -1  # a copy: the window's block is untouched
         again = reader.read_chunks([chunks[0]])[0]
         np.testing.assert_array_equal(again, VALUES[chunks[0] * rows : (chunks[0] + 1) * rows])
+
+
+@pytest.mark.parametrize(("kind", "heads"), [("gzip", True), ("gzip-shuffle", False)])
+def test_heads_are_read_alone_only_where_they_decode_partly(readers, kind, heads, monkeypatch):
+    # a range that ends early in a chunk no other range reaches: its head alone is needed. A
+    # codec that cannot stop early would decode the whole chunk in a call of its own: read it
+    # with the other whole chunks in one call instead
+    reader = readers[kind]
+    assert reader.decodes_heads is heads
+    called = []
+    original = RowReader.read_chunk_head
+
+    def spy(self, chunk, rows):
+        called.append(chunk)
+        return original(self, chunk, rows)
+
+    monkeypatch.setattr(RowReader, "read_chunk_head", spy)
+    reader.clear_cache()
+    chunk = reader.chunk_rows
+    starts = np.array([5 * chunk - 3, 9 * chunk], dtype=np.int64)  # the first spills 2 rows
+    stops = np.array([5 * chunk + 2, 9 * chunk + 4], dtype=np.int64)
+    got = gather_ranges(reader, starts, stops)
+    expected = np.concatenate([VALUES[a:b] for a, b in zip(starts, stops, strict=True)])
+    np.testing.assert_array_equal(got, expected)
+    assert called == ([5] if heads else [])

@@ -81,6 +81,11 @@ class ChunkEngine:
         return self.source.releases_gil
 
     @property
+    def decodes_heads(self) -> bool:
+        """True when ``head`` of a block not held decodes only as far as asked."""
+        return self.source.decodes_heads
+
+    @property
     def block_nbytes(self) -> int:
         return self.geometry.block_nbytes
 

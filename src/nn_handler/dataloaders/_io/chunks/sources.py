@@ -120,6 +120,10 @@ class BlockSource(Protocol):
             CorruptFileError: the chunk is damaged (names the file, dataset and chunk).
         """
 
+    @property
+    def decodes_heads(self) -> bool:
+        """True when ``head`` may decode a block only as far as asked (else it returns None)."""
+
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """The first ``rows`` rows of ``block``, decoded only that far; None when it cannot."""
 
@@ -137,6 +141,8 @@ class H5pyBlocks:
         """See ``BlockSource.fill``."""
         lo, hi = self.geometry.bounds(block)
         dset.read_direct(dest, np.s_[lo:hi], np.s_[: hi - lo])
+
+    decodes_heads = False
 
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """None: h5py reads whole blocks."""
@@ -242,6 +248,11 @@ class TableChunks:
             at = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
             raise self.geometry.corrupt(at, exc) from exc
 
+    @property
+    def decodes_heads(self) -> bool:
+        """See ``BlockSource.decodes_heads``."""
+        return self.pipeline.decodes_head
+
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """See ``BlockSource.head`` (plain deflate chunks only)."""
         if not self.pipeline.decodes_head:
@@ -268,9 +279,14 @@ class DirectChunks:
         for offset, region in self._tiles:
             self._fill_tile(dset, (lo, *offset), dest[(slice(0, hi - lo), *region)])
 
+    @property
+    def decodes_heads(self) -> bool:
+        """See ``BlockSource.decodes_heads``."""
+        return len(self._tiles) == 1 and self.pipeline.decodes_head
+
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """See ``BlockSource.head`` (plain deflate chunks that hold whole rows only)."""
-        if len(self._tiles) > 1 or not self.pipeline.decodes_head:
+        if not self.decodes_heads:
             return None
         offset = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
         try:

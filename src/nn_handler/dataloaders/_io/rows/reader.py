@@ -267,6 +267,15 @@ class RowReader:
             return list(np.split(whole, cuts))
         return [self.read_range(lo, hi) for lo, hi in bounds]
 
+    @property
+    def decodes_heads(self) -> bool:
+        """True when ``read_chunk_head`` decodes a chunk only as far as asked (plain deflate).
+
+        Otherwise it reads the whole chunk, one call per chunk: a caller with many heads to
+        read does better to read them whole with ``read_chunks``, in one call.
+        """
+        return self._blocks is not None and self._blocks.decodes_heads
+
     def read_chunk_head(self, chunk: int, rows: int) -> np.ndarray[Any, Any]:
         """Return the first ``rows`` rows of chunk ``chunk`` (see ``read_chunks``; read-only).
 
