@@ -51,7 +51,7 @@ import h5py
 import numpy as np
 import torch
 
-from nn_handler.bench.timing import machine_line
+from nn_handler.bench.timing import epochs, machine_line
 from nn_handler.bench.workload_suite import X_KEY, Y_KEY, _inflate_limit, _raw_chunks
 from nn_handler.bench.workloads import WORKLOADS, write_workload
 from nn_handler.dataloaders import (
@@ -198,21 +198,6 @@ def run_rounds(
     return results
 
 
-def _epochs(loader: Iterable[Any], sampler: Any = None) -> Iterator[Any]:
-    """Batches of epoch after epoch, as a training loop iterates (``set_epoch`` each epoch)."""
-    epoch = 0
-    while True:
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        served = False
-        for batch in loader:
-            served = True
-            yield batch
-        if not served:
-            return
-        epoch += 1
-
-
 def timed_stream(
     loader: Iterable[Any],
     seconds: float,
@@ -230,7 +215,7 @@ def timed_stream(
     ``finish`` before the clock is read (``torch.cuda.synchronize``). Also returns the batches
     and the CPU seconds of this process (all its threads) in the timed part.
     """
-    stream = _epochs(loader, sampler)
+    stream = epochs(loader, sampler)
     warm = warm_epochs * len(loader) if warm_epochs else warm_batches  # type: ignore[arg-type]
     for _ in range(warm):
         batch = next(stream, None)

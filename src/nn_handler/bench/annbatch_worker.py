@@ -16,9 +16,11 @@ Commands (each prints one ``NNH-ANNBATCH {json}`` line last on stdout):
   ``Loader(batch_size=B, chunk_size=32, preload_nchunks=256, shuffle=True)`` over the store
   (X only, as annbatch's README loads it with a custom ``load_adata``), once yielding SciPy CSR
   batches and once with ``.toarray()`` on each, like ``nn_handler.bench.timing.timed_pass``
-  (two untimed batches, then batches until ``T`` seconds have passed). With ``--order-out`` it
-  first saves the ``.h5ad`` rows of up to ``K`` full batches (a ``(K, B)`` int64 array), from
-  ``return_index=True`` and the store's ``obs_names``, for the shuffle-quality measure.
+  over ``timing.epochs`` (two untimed batches, then epoch after epoch until ``T`` seconds have
+  passed; ``_epochs`` here is that function again, as this file cannot import it). With
+  ``--order-out`` it first saves the ``.h5ad`` rows of up to ``K`` full batches (a ``(K, B)``
+  int64 array), from ``return_index=True`` and the store's ``obs_names``, for the
+  shuffle-quality measure.
 
 Run: ``<python>=3.12> annbatch_worker.py convert cells.h5ad cells.zarr``.
 """

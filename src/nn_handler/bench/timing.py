@@ -75,13 +75,15 @@ def timed_pass(
     return Result(name, samples, time.perf_counter() - start, sample_bytes)
 
 
-def epochs(loader: Any) -> Iterator[Any]:
-    """Epoch after epoch of ``loader`` (reshuffled through ``set_epoch``), to fill a budget.
+def epochs(loader: Any, sampler: Any = None) -> Iterator[Any]:
+    """Epoch after epoch of ``loader``, as a training loop iterates, to fill a time budget.
 
-    Stops after an epoch that yields nothing.
+    ``set_epoch(epoch)`` is called on ``sampler`` (default: the loader's, if any) before each
+    epoch when it has one; ``loader`` may be any iterable. Stops after an epoch that yields nothing.
     """
     for epoch in itertools.count():
-        set_epoch = getattr(loader.sampler, "set_epoch", None)
+        owner = getattr(loader, "sampler", None) if sampler is None else sampler
+        set_epoch = getattr(owner, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
         served = False
