@@ -120,4 +120,3 @@ def test_vs_annbatch_on_a_compressed_file_reads_ours_chunk_by_chunk(tmp_path):
     assert [r[0] for r in _table_rows(text)] == [
         "H5SparseDataset + ChunkShuffleSampler, num_workers=0"
     ] * 2
-
