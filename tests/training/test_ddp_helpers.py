@@ -16,6 +16,10 @@ pytestmark = pytest.mark.slow  # two spawned ranks per test
 
 def _store_outlives_rank_0() -> str:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    # both ranks connected before rank 0 leaves: init returns on rank 0 before rank 1's gloo
+    # pair is up, and a rank 0 gone by then failed rank 1's init under load ("connectFullMesh
+    # failed ... Connection closed by peer"), which is not what this test is about
+    dist.barrier()
     dist.destroy_process_group()  # by fn itself: no teardown barrier holds rank 0 back
     if os.environ["RANK"] == "0":
         return "left"
