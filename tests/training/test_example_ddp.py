@@ -1,6 +1,7 @@
 """``torchrun examples/ddp_train.py`` runs on CPU (one node, or two "nodes" on this host)."""
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,10 @@ def test_ddp_example_under_torchrun(tmp_path):
     subprocess.run(make, check=True, timeout=120)
     command = [*torchrun(), "--standalone", "--nproc_per_node", "2", str(EXAMPLE)]
     command += ["--data", str(data), "--epochs", "2", "--checkpoint", str(checkpoint)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # a rank that aborts at teardown (seen once under load: SIGABRT after its last line) prints
+    # its Python stack into the failure
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert (
