@@ -144,7 +144,7 @@ class RowReader:
             self._output(len(idx), out)
         checked = self.source.check_unchanged()
         if self._mapped is not None and idx.size:
-            if out is not None and out.flags.c_contiguous and self._mapped[0] == self.length:
+            if out is not None and out.flags.c_contiguous and self._spans[1].size == 1:
                 return self._gather_mapped_into(idx, out, checked)  # one copy, into ``out``
             rows = self._gather_mapped(idx, checked)
             if out is None:
@@ -352,10 +352,11 @@ class RowReader:
     def _gather_mapped_into(
         self, idx: IndexArray, out: np.ndarray[Any, Any], checked: bool
     ) -> np.ndarray[Any, Any]:
-        # contiguous data: rows are equally spaced, so the file is a 2-d array of row bytes
+        # one span (contiguous data, or chunks end to end): rows are equally spaced, so the
+        # file is a 2-d array of row bytes
         assert self._mapped is not None
         raw = self._mapped_rows(checked).file.data
-        start = int(self._mapped[1][0])
+        start = int(self._spans[1][0])
         rows = raw[start : start + self.length * self.row_nbytes].reshape(self.length, -1)
         # mode="clip": indices are checked already, and "raise" makes numpy take into a copy
         np.take(rows, idx, axis=0, out=out.reshape(len(idx), -1).view(np.uint8), mode="clip")
@@ -518,18 +519,8 @@ def _mapped_layout(
     if layout.contiguous_offset is not None:
         return int(dset.shape[0]), np.array([layout.contiguous_offset], dtype=np.int64)
     if layout.chunks is not None and dset.id.get_create_plist().get_nfilters() == 0:
-        table = _chunk_table(dset, layout)
-        if table is not None and _back_to_back(*table, row_nbytes):
-            # chunks written in order, end to end (h5py's usual result): the rows are one
-            # span of bytes, so a run of rows is one copy whatever chunks it crosses
-            return int(dset.shape[0]), table[1][:1]
-        return table
+        return _chunk_table(dset, layout)
     return None
-
-
-def _back_to_back(rows_per_chunk: int, offsets: IndexArray, row_nbytes: int) -> bool:
-    step = rows_per_chunk * row_nbytes
-    return bool(np.all(offsets == offsets[0] + step * np.arange(offsets.size)))
 
 
 def _mappable(dset: h5py.Dataset, file: ByteSource | None, row_nbytes: int, layout: Layout) -> bool:
