@@ -33,6 +33,7 @@ __all__ = [
     "PerProcess",
     "around_fork",
     "collection_paused",
+    "holds_h5py_lock",
     "join_threads",
     "loop_may_wait_for_h5py",
     "pause_collection_until_h5py_returns",
@@ -104,9 +105,7 @@ def pause_collection_until_h5py_returns() -> None:
     free. Does nothing when this thread does not hold h5py's lock, or already paused for the
     call it is in.
     """
-    from h5py._objects import phil
-
-    if not phil._is_owned():
+    if not holds_h5py_lock():
         return
     me = threading.get_ident()
     with _paused_lock:
@@ -133,8 +132,11 @@ def loop_may_wait_for_h5py(loop: asyncio.AbstractEventLoop) -> bool:
     if not _tracking:  # (two threads may both register: the callback is idempotent)
         _tracking = True
         gc.callbacks.insert(0, _collection_tracker())  # first: set before others run
-    if _collecting_loop is not loop:
-        return False
+    return _collecting_loop is loop and holds_h5py_lock()
+
+
+def holds_h5py_lock() -> bool:
+    """Whether the calling thread is inside an h5py call (holds h5py's global lock)."""
     from h5py._objects import phil
 
     return bool(phil._is_owned())

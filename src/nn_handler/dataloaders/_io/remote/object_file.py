@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import FileChangedError, RemoteAccessError, RemoteReadError
 from ..file.byte_source import Buffer
 from ..file.identity import ObjectVersion
-from ..process import PerProcess, collection_paused, loop_may_wait_for_h5py
+from ..process import PerProcess, collection_paused, holds_h5py_lock, loop_may_wait_for_h5py
 from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
 from .generic import Fetcher
 from .ranges import Request, plan_requests
@@ -252,7 +252,9 @@ class RemoteFile:
                 return self._run_here(work)
             future = asyncio.run_coroutine_threadsafe(work(fetcher), loop)
             try:
-                if self._wait(future, loop, watch=here is None):
+                # only a wait inside an h5py call can meet that collection: other reads (the
+                # chunk engine's) wait without waking every few milliseconds
+                if self._wait(future, loop, watch=here is None and holds_h5py_lock()):
                     return future.result()
             finally:
                 future.cancel()
