@@ -13,7 +13,9 @@ from helpers.object_servers import range_server
 def test_a_server_stopped_mid_reply_leaves_no_connection_open(tmp_path):
     # A reply the client has not read yet when the server stops stays in the connection's
     # buffer: closed politely, the connection would wait for the client to read it, outlive
-    # the server's loop, and warn ("unclosed transport") in whatever test collects it later.
+    # the server's loop, and warn ("unclosed transport") when collected. The server runs in a
+    # process of its own, which collects as the server closes and reports what warned there:
+    # ``close`` fails on it. Nothing may warn in this process either.
     size = 32 << 20  # more than the socket buffers hold
     (tmp_path / "f.bin").write_bytes(bytes(size))
     with warnings.catch_warnings(record=True) as caught:
