@@ -33,13 +33,13 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-import nn_handler.dataloaders._io.chunks.decoders as decoders
-import nn_handler.dataloaders._io.chunks.plugins as plugins
+import nn_handler._io.chunks.decoders as decoders
+import nn_handler._io.chunks.plugins as plugins
+from nn_handler._io.chunks.codecs import pipeline_for
 from nn_handler.bench import machine_line
-from nn_handler.dataloaders._io.chunks.codecs import pipeline_for
 
 OLD_FILES = ("codec.py", "inflate.py", "pipeline.py")
-OLD_DIR = "src/nn_handler/dataloaders/_io/chunks"
+OLD_DIR = "src/nn_handler/_io/chunks"
 LAYOUTS: dict[str, dict[str, Any]] = {
     "gzip": {"compression": "gzip", "compression_opts": 4},
     "gzip + shuffle": {"compression": "gzip", "compression_opts": 4, "shuffle": True},

@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import nn_handler.dataloaders._io.rows.reader as reader_module
+import nn_handler._io.rows.reader as reader_module
+from nn_handler._io.file.source import FileOptions, H5Source
 from nn_handler.bench import machine_line, make_images, suite_layouts, write_layout_file
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
@@ -27,7 +28,6 @@ from nn_handler.dataloaders import (
     H5LazyDataset,
     batched_loader,
 )
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 
 LAYOUTS = ["chunked-64+gzip", "chunked-64+gzip+shuffle"]
 NEW_PATH = reader_module._block_reader

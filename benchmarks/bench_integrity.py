@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parents[1] / "src"
 
 WORKLOADS = {
     "open + close a file, x200": """
-        from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+        from nn_handler._io.file.source import FileOptions, H5Source
         src = H5Source(P["contig"], FileOptions())
         t = clock()
         for _ in range(200):

@@ -26,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy  # noqa: E402
-from nn_handler.dataloaders._io.remote.object_file import RemoteFile  # noqa: E402
+from nn_handler._io.storage.remote.failures import RetryPolicy  # noqa: E402
+from nn_handler._io.storage.remote.object_file import RemoteFile  # noqa: E402
 
 from helpers.object_servers import free_port, put_object, s3_server  # noqa: E402
 

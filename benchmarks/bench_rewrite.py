@@ -42,15 +42,15 @@ import h5py
 import hdf5plugin
 import numpy as np
 
+from nn_handler._io.file.filters import filters_of
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     H5LazyDataset,
     H5SparseDataset,
     batched_loader,
 )
-from nn_handler.dataloaders._io.file.filters import filters_of
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
 from nn_handler.rewrite import rewrite_file
 from nn_handler.rewrite.codecs import Codec
 

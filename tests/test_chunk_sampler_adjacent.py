@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset
-from nn_handler.dataloaders._io.remote.ranges import (
+from nn_handler._io.storage.remote.ranges import (
     BLOCK_TARGET_NBYTES,
     MAX_ADJACENT_CHUNKS,
     adjacent_chunks,
 )
+from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset
 from nn_handler.dataloaders._protocols import AdjacentChunks, ChunkAware
 
 from helpers.resume import check_resume

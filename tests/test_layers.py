@@ -1,8 +1,12 @@
 """The layer rules of the package, checked on its import graph (docs/design.md draws them).
 
-* Only ``dataloaders/_io`` talks to h5py (the tools that write or inspect files aside).
+* Only ``_io`` talks to h5py (the tools that write or inspect files aside).
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
   no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_samples``).
+* Inside ``_io``, ``storage`` (bytes: local files, URLs, versions) is the floor: it knows no
+  HDF5 file, chunk engine, rows or formats, and imports no h5py.
+* A private package is imported only inside the package that holds it (``_io`` sits at the
+  package root, so the datasets and the tools alike may stand on it).
 * ``_samples`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
@@ -24,6 +28,7 @@ import pytest
 
 PKG = "nn_handler"
 SRC = Path(__file__).resolve().parents[1] / "src" / PKG
+#: the tools that write or describe files, and so may use h5py themselves
 TOOLS = (
     "nn_handler.h5inspect",
     "nn_handler._inspect",
@@ -39,7 +44,8 @@ SAMPLERS = (
     "nn_handler.dataloaders.shard_sampler",
 )
 INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
-IO = "nn_handler.dataloaders._io"
+IO = "nn_handler._io"
+STORAGE = "nn_handler._io.storage"
 SAMPLES = "nn_handler.dataloaders._samples"
 
 
@@ -87,10 +93,8 @@ def _own(imports: set[str]) -> set[str]:
 
 
 def test_the_graph_sees_every_module():
-    assert len(GRAPH) > 50 and "nn_handler.dataloaders._io.rows.reader" in GRAPH
-    assert (
-        "nn_handler.dataloaders._io.file.source" in GRAPH["nn_handler.dataloaders._io.rows.reader"]
-    )
+    assert len(GRAPH) > 50 and "nn_handler._io.rows.reader" in GRAPH
+    assert "nn_handler._io.file.source" in GRAPH["nn_handler._io.rows.reader"]
 
 
 def test_only_io_imports_h5py():
@@ -110,6 +114,44 @@ def test_io_is_the_bottom_layer():
         if _within(m, IO)
     }
     assert {m: bad for m, bad in offenders.items() if bad} == {}
+
+
+def test_storage_is_the_floor_of_io():
+    allowed = (
+        STORAGE,
+        f"{IO}.errors",
+        f"{IO}.process",
+        f"{IO}.indices",
+        "nn_handler._validate",
+    )
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, STORAGE)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert not [m for m, imports in GRAPH.items() if _within(m, STORAGE) and "h5py" in imports]
+
+
+def _private_holder(name: str) -> str | None:
+    """The package that holds the first private package on ``name``'s path (None: public)."""
+    parts = name.split(".")
+    for k, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and _is_package(".".join(parts[: k + 1])):
+            return ".".join(parts[:k])
+    return None
+
+
+def test_private_packages_are_imported_inside_their_holder_only():
+    offenders = sorted(
+        f"{m} -> {i}"
+        for m, imports in GRAPH.items()
+        for i in _own(imports)
+        if (holder := _private_holder(i)) is not None and not _within(m, holder)
+    )
+    assert offenders == []
+    assert _private_holder(f"{IO}.rows.reader") == PKG
+    assert _private_holder(f"{SAMPLES}.tensors") == "nn_handler.dataloaders"
 
 
 def _reach(start: str) -> set[str]:
@@ -177,6 +219,7 @@ def test_dataset_internals_stand_on_io_only(internals):
         package,
         IO,
         SAMPLES,
+        "nn_handler._host",
         "nn_handler._validate",
         "nn_handler.distributed",
         "nn_handler.dataloaders._protocols",

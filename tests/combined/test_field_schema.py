@@ -2,6 +2,7 @@ import h5py
 import numpy as np
 import pytest
 
+from nn_handler._io.file.source import FileOptions, H5Source
 from nn_handler.dataloaders._combined.fields import (
     DEFAULT_FIELDS,
     FieldInfo,
@@ -11,7 +12,6 @@ from nn_handler.dataloaders._combined.fields import (
     resolve_field_names,
     scan_file,
 )
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
 
 
 def test_resolve_field_names_renames_and_adds():

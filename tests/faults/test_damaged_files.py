@@ -18,6 +18,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from nn_handler._io.file import source as source_module
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     CombinedHDF5Dataset,
     CorruptFileError,
@@ -27,9 +30,6 @@ from nn_handler.dataloaders import (
     H5SampleDataset,
     RankMemCachedH5Dataset,
 )
-from nn_handler.dataloaders._io.file import source as source_module
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
 
 from helpers.damage import chunk_infos, flip_byte, reduce_precision, rows, run_python, signal_name
 

@@ -26,6 +26,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,
@@ -34,8 +36,6 @@ from nn_handler.dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
 from nn_handler.dataloaders._samples.tensors import to_tensor
 
 from helpers.damage import reduce_precision

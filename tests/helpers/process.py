@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nn_handler.dataloaders._io import process
+from nn_handler._io import process
 
 
 def as_if_forked() -> None:

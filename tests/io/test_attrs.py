@@ -2,7 +2,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.formats.attrs import LabelReader, attribute_names, decode_value
+from nn_handler._io.formats.attrs import LabelReader, attribute_names, decode_value
 
 
 def where():

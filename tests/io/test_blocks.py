@@ -6,13 +6,13 @@ import threading
 import numpy as np
 import pytest
 
+from nn_handler._io.chunks import codecs
+from nn_handler._io.chunks.codecs import ChunkPipeline
+from nn_handler._io.chunks.sources import Geometry
+from nn_handler._io.chunks.window import Window
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import H5LazyDataset
-from nn_handler.dataloaders._io.chunks import codecs
-from nn_handler.dataloaders._io.chunks.codecs import ChunkPipeline
-from nn_handler.dataloaders._io.chunks.sources import Geometry
-from nn_handler.dataloaders._io.chunks.window import Window
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
 
 from helpers.files import images
 from helpers.process import as_if_forked

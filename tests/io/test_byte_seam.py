@@ -1,4 +1,4 @@
-"""Every raw read of file bytes goes through ``_io/file/byte_source.py`` (the byte-range seam).
+"""Every raw read of file bytes goes through ``_io/storage/byte_source.py`` (the byte-range seam).
 
 HDF5 metadata stays with h5py; the data's own bytes (memory maps, ``pread`` of contiguous data
 or of chunks) are read only by a ``ByteSource``, so that a remote store can take the local
@@ -11,7 +11,7 @@ from pathlib import Path
 import nn_handler
 
 SRC = Path(nn_handler.__file__).parent
-SEAM = SRC / "dataloaders" / "_io" / "file" / "byte_source.py"
+SEAM = SRC / "_io" / "storage" / "byte_source.py"
 RAW_READS = {"pread", "preadv", "readv", "mmap"}
 
 

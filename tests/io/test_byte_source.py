@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nn_handler._io.storage.byte_source import ByteSource, LocalFile, Mappable
+from nn_handler._io.storage.identity import FileIdentity
 from nn_handler.dataloaders import FileChangedError
-from nn_handler.dataloaders._io.file.byte_source import ByteSource, LocalFile, Mappable
-from nn_handler.dataloaders._io.file.identity import FileIdentity
 
 from helpers.process import as_if_forked
 

@@ -6,9 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-import nn_handler.dataloaders._io.chunks.decoders as decoders_module
-import nn_handler.dataloaders._io.chunks.plugins as plugins_module
-from nn_handler.dataloaders._io.chunks.codecs import (
+import nn_handler._io.chunks.decoders as decoders_module
+import nn_handler._io.chunks.plugins as plugins_module
+from nn_handler._io.chunks.codecs import (
     BITSHUFFLE,
     BLOSC,
     BLOSC2,
@@ -21,11 +21,11 @@ from nn_handler.dataloaders._io.chunks.codecs import (
     pipeline_for,
     supported_filters,
 )
-from nn_handler.dataloaders._io.chunks.decoders import Step, inflate_into, unshuffle_into
-from nn_handler.dataloaders._io.chunks.sources import TableChunks
-from nn_handler.dataloaders._io.errors import CorruptFileError
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.chunks.decoders import Step, inflate_into, unshuffle_into
+from nn_handler._io.chunks.sources import TableChunks
+from nn_handler._io.errors import CorruptFileError
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
 HDF5_FILTERS = ("gzip", "gzip-shuffle-fletcher")  # decoded without imagecodecs too

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._io.chunks import sources
-from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, pipeline_for
-from nn_handler.dataloaders._io.chunks.sources import TableChunks
-from nn_handler.dataloaders._io.errors import CorruptFileError
-from nn_handler.dataloaders._io.file.chunk_index import read_chunk_index
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.chunks import sources
+from nn_handler._io.chunks.codecs import ChunkDecodeError, pipeline_for
+from nn_handler._io.chunks.sources import TableChunks
+from nn_handler._io.errors import CorruptFileError
+from nn_handler._io.file.chunk_walk import read_chunk_index
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 
 from helpers.files import h5_rows
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.file import filters as _codecs
 from nn_handler.dataloaders import (
     CombinedHDF5Dataset,
     H5LazyDataset,
@@ -13,7 +14,6 @@ from nn_handler.dataloaders import (
     MissingFilterError,
     RankMemCachedH5Dataset,
 )
-from nn_handler.dataloaders._io.file import filters as _codecs
 
 from helpers.real_files import write_odd_types
 

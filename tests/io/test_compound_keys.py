@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.fields import FieldReader, open_reader
+from nn_handler._io.rows.keys import resolve_key, splits
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, RankMemCachedH5Dataset
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.fields import FieldReader, open_reader
-from nn_handler.dataloaders._io.rows.keys import resolve_key, splits
 
 from helpers.real_files import table_rows, write_compound, write_pandas, write_pytables
 

@@ -9,18 +9,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import nn_handler.dataloaders._io.chunks.decoders as decoders_module
-import nn_handler.dataloaders._io.chunks.shuffle as shuffle_module
-from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
-from nn_handler.dataloaders._io.chunks.decoders import (
+import nn_handler._io.chunks.decoders as decoders_module
+import nn_handler._io.chunks.shuffle as shuffle_module
+from nn_handler._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
+from nn_handler._io.chunks.decoders import (
     Step,
     fletcher32,
     fletcher32_numpy,
     unshuffle_into,
 )
-from nn_handler.dataloaders._io.errors import CorruptFileError
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.errors import CorruptFileError
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 
 DTYPES = ["<f4", ">f4", "u1", "f2", "c8", "bool", ">i2", "<i8", "S5"]
 # (gzip level or None, shuffle, fletcher32): every combination the decoder claims

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._io.indices import as_index_array, normalize_index, plan_slabs
+from nn_handler._io.indices import as_index_array, normalize_index, plan_slabs
 
 
 @given(st.integers(1, 1000), st.data())

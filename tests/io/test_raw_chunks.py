@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.chunks.table import ChunkTable, ChunkTableError
+from nn_handler._io.chunks.table import ChunkTable, ChunkTableError
 
 from helpers.files import images
 from helpers.process import as_if_forked
@@ -82,9 +82,9 @@ def test_descriptor_is_per_process(make_h5):
 
 
 def test_built_from_the_layout_checks_index_without_walking_again(make_h5, monkeypatch):
-    from nn_handler.dataloaders._io.file import chunk_index
-    from nn_handler.dataloaders._io.file.layout import inspect_layout
-    from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
+    from nn_handler._io.file import chunk_walk
+    from nn_handler._io.file.layout import inspect_layout
+    from nn_handler._io.file.source import FileOptions, H5Source
 
     path = make_h5({"x": (images(61), "gzip-shuffle")})
     source = H5Source(str(path), FileOptions())
@@ -95,7 +95,7 @@ def test_built_from_the_layout_checks_index_without_walking_again(make_h5, monke
     def no_walk(*_):
         raise AssertionError("the chunk index was walked again")
 
-    monkeypatch.setattr(chunk_index, "visit_chunks", no_walk)
+    monkeypatch.setattr(chunk_walk, "visit_chunks", no_walk)
     given = ChunkTable.build(dset, str(path), layout.chunks)
     for name in ("offsets", "sizes", "masks"):
         np.testing.assert_array_equal(getattr(given, name), getattr(walked, name))

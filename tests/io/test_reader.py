@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 
 from helpers.files import LAYOUTS, h5_rows, images
 
@@ -206,7 +206,7 @@ def test_reader_pickles_after_use_and_reads_again(make_h5):
 
 
 def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
-    import nn_handler.dataloaders._io.rows.reader as reader_module
+    import nn_handler._io.rows.reader as reader_module
 
     data = images(200)
     path = make_h5({"x": (data, "gzip")})
@@ -228,7 +228,7 @@ def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
 
 
 def test_each_chunk_read_once_per_batch(make_h5, monkeypatch):
-    import nn_handler.dataloaders._io.rows.reader as reader_module
+    import nn_handler._io.rows.reader as reader_module
 
     monkeypatch.setattr(reader_module, "_block_reader", lambda *args: None)  # slabs
     data = images(64)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.chunks import sources
+from nn_handler._io.chunks.shared import SharedBlocks
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
-from nn_handler.dataloaders._io.chunks import sources
-from nn_handler.dataloaders._io.chunks.shared import SharedBlocks
 
 from helpers.files import h5_rows, images
 

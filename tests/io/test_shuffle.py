@@ -6,17 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nn_handler.dataloaders._io.chunks.decoders as decoders_module
-import nn_handler.dataloaders._io.chunks.shuffle as shuffle_module
-from nn_handler.dataloaders._io.chunks.decoders import scratch, unshuffle_into
-from nn_handler.dataloaders._io.chunks.shuffle import (
+import nn_handler._io.chunks.decoders as decoders_module
+import nn_handler._io.chunks.shuffle as shuffle_module
+from nn_handler._io.chunks.decoders import scratch, unshuffle_into
+from nn_handler._io.chunks.shuffle import (
     FRAME,
     blosc_unshuffles,
     framed_fits,
     unshuffle_planes,
 )
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 
 # not skipped when imagecodecs is there but its c-blosc fails the check: those tests then fail
 needs_blosc = pytest.mark.skipif(

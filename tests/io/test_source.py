@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.file.source import (
+from nn_handler._io.file.source import (
     FileOptions,
     H5Source,
     close_inherited_sources,

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders import DataFileError
-from nn_handler.dataloaders._io.file.strings import (
+from nn_handler._io.file.strings import (
     as_bytes_array,
     check_encoding,
     decode_strings,
     in_rows,
 )
+from nn_handler.dataloaders import DataFileError
 
 WHERE = in_rows("y_key='y'", "label_encoding", "f.h5", np.array([5, 9, 2]))
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.chunks import pool as threads_module
+from nn_handler._io.chunks.pool import ENV_VAR, decode_threads, run_parallel
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
-from nn_handler.dataloaders._io.chunks import pool as threads_module
-from nn_handler.dataloaders._io.chunks.pool import ENV_VAR, decode_threads, run_parallel
 
 from helpers.files import h5_rows, images
 
@@ -222,7 +222,7 @@ import torch
 torch.set_num_threads(1)  # with the environment: any thread left at a fork is one of ours
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
-from nn_handler.dataloaders._io import process
+from nn_handler._io import process
 
 set_decode_threads(2)
 ds = H5LazyDataset(sys.argv[1], "x", "y")

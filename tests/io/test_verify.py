@@ -4,8 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
+from nn_handler._io.file.verify import agrees_with_hdf5, probe_rows
 from nn_handler.dataloaders import FileChangedError
-from nn_handler.dataloaders._io.file.verify import agrees_with_hdf5, probe_rows
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.errors import FileChangedError
-from nn_handler.dataloaders._io.formats.whole import SampleReader
+from nn_handler._io.errors import FileChangedError
+from nn_handler._io.formats.whole import SampleReader
 
 from helpers.files import LAYOUTS
 from helpers.process import as_if_forked

@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+from nn_handler._io.chunks.engine import whole_runs
+from nn_handler._io.chunks.sources import TableChunks
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     H5LazyDataset,
     batched_loader,
     fit_chunk_cache,
 )
-from nn_handler.dataloaders._io.chunks.engine import whole_runs
-from nn_handler.dataloaders._io.chunks.sources import TableChunks
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
 
 from helpers.files import h5_rows, images
 
@@ -137,7 +137,7 @@ def test_plain_dataloader_over_window_reader(make_h5):
 
 @pytest.mark.parametrize("budget", [3 * 8 * ROW, 0, 256 * 1024**2])
 def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkeypatch, budget):
-    from nn_handler.dataloaders._io.chunks.codecs import ChunkPipeline, UnsupportedChunkError
+    from nn_handler._io.chunks.codecs import ChunkPipeline, UnsupportedChunkError
 
     data = images(203)  # edge chunk included: 203 rows in chunks of 8
     path = make_h5({"x": (data, "gzip")})
@@ -158,8 +158,8 @@ def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkey
 
 
 def test_a_chunk_that_fails_to_decode_raises_naming_it(make_h5, monkeypatch):
+    from nn_handler._io.chunks.codecs import ChunkDecodeError, ChunkPipeline
     from nn_handler.dataloaders import CorruptFileError
-    from nn_handler.dataloaders._io.chunks.codecs import ChunkDecodeError, ChunkPipeline
 
     data = images(40)
     path = make_h5({"x": (data, "gzip")})

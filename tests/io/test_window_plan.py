@@ -2,7 +2,7 @@
 
 import pytest
 
-from nn_handler.dataloaders._io.rows.plan import WindowPlan, block_rows_or_own
+from nn_handler._io.rows.plan import WindowPlan, block_rows_or_own
 
 
 def test_plan_rows_and_cache_blocks():

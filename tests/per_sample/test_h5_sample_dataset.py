@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from nn_handler._io.errors import FileChangedError
+from nn_handler._io.file import source as _source
 from nn_handler.dataloaders import H5SampleDataset, pad_collate
-from nn_handler.dataloaders._io.errors import FileChangedError
-from nn_handler.dataloaders._io.file import source as _source
 from nn_handler.dataloaders._per_sample import files as sample_files
 
 from helpers.files import LAYOUTS

@@ -19,20 +19,6 @@ def test_format_bytes():
     assert format_bytes(3 * 1024 * GiB) == "3072.0 GiB"
 
 
-def test_available_ram_reads_meminfo(tmp_path, monkeypatch):
-    real = _memory.available_ram_bytes()
-    if os.path.exists("/proc/meminfo"):
-        assert real is not None and real > 0
-    fake = tmp_path / "meminfo"
-    fake.write_text("MemTotal:       1000 kB\nMemFree:         10 kB\nMemAvailable:    300 kB\n")
-    monkeypatch.setattr(_memory, "_MEMINFO", str(fake))
-    assert _memory.available_ram_bytes() == 300 * 1024
-    fake.write_text("MemTotal:       1000 kB\n")  # old kernels lack MemAvailable
-    assert _memory.available_ram_bytes() is None
-    monkeypatch.setattr(_memory, "_MEMINFO", str(tmp_path / "absent"))
-    assert _memory.available_ram_bytes() is None
-
-
 def test_shm_space(tmp_path):
     if os.path.isdir(_memory.SHM_PATH):
         free, size = _memory.shm_space()

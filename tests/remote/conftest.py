@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy
+from nn_handler._io.storage.remote.failures import RetryPolicy
 
 from helpers.object_servers import RangeServer, range_server, s3_server
 

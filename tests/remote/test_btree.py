@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nn_handler._io.storage.remote import object_file
+from nn_handler._io.storage.remote.btree import btree_children
 from nn_handler.dataloaders import H5LazyDataset
-from nn_handler.dataloaders._io.remote import object_file
-from nn_handler.dataloaders._io.remote.btree import btree_children
 
 
 class _Logged(io.RawIOBase):

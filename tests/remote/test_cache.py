@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.remote.cached_file import CachedFile
-from nn_handler.dataloaders._io.remote.file_object import SourceFile
-from nn_handler.dataloaders._io.remote.object_file import RemoteFile
+from nn_handler._io.storage.remote.cached_file import CachedFile
+from nn_handler._io.storage.remote.file_object import SourceFile
+from nn_handler._io.storage.remote.object_file import RemoteFile
 
 DATA = np.random.default_rng(3).integers(0, 256, 400_000, dtype=np.uint8).tobytes()
 

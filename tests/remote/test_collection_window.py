@@ -19,9 +19,9 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy
-from nn_handler.dataloaders._io.remote.file_object import SourceFile
-from nn_handler.dataloaders._io.remote.object_file import RemoteFile
+from nn_handler._io.storage.remote.failures import RetryPolicy
+from nn_handler._io.storage.remote.file_object import SourceFile
+from nn_handler._io.storage.remote.object_file import RemoteFile
 
 from helpers.object_servers import put_object
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.file import layout
+from nn_handler._io.storage.chunk_index import ChunkIndex
+from nn_handler._io.storage.remote.metadata import MetadataStore
 from nn_handler.dataloaders import H5LazyDataset
-from nn_handler.dataloaders._io.file import layout
-from nn_handler.dataloaders._io.file.chunk_index import ChunkIndex
-from nn_handler.dataloaders._io.remote.metadata import MetadataStore
 
 N, WIDTH, CHUNK = 5000, 8, 50
 

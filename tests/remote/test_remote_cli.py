@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from nn_handler import cli
+from nn_handler._io.storage.remote import object_file
+from nn_handler._io.storage.remote.failures import RetryPolicy
 from nn_handler.bench import file_bench as fb
 from nn_handler.bench import remote_file as rf
 from nn_handler.cli import _options
-from nn_handler.dataloaders._io.remote import object_file
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy
 
 from helpers.object_servers import put_object
 

@@ -13,6 +13,9 @@ import pytest
 import torch
 
 from nn_handler import cli
+from nn_handler._io.rows import ranged
+from nn_handler._io.storage.remote import object_file
+from nn_handler._io.storage.remote.failures import RetryPolicy
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,
@@ -25,9 +28,6 @@ from nn_handler.dataloaders import (
     RemoteReadError,
     batched_loader,
 )
-from nn_handler.dataloaders._io.remote import object_file
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy
-from nn_handler.dataloaders._io.rows import ranged
 
 from helpers.object_servers import put_object
 from helpers.recordings import write_recording

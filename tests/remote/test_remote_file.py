@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from nn_handler._io.storage.remote.failures import RetryPolicy
+from nn_handler._io.storage.remote.intervals import empty, union
+from nn_handler._io.storage.remote.object_file import RemoteFile
+from nn_handler._io.storage.remote.ranges import plan_requests
 from nn_handler.dataloaders import FileChangedError, RemoteAccessError, RemoteReadError
-from nn_handler.dataloaders._io.remote.failures import RetryPolicy
-from nn_handler.dataloaders._io.remote.intervals import empty, union
-from nn_handler.dataloaders._io.remote.object_file import RemoteFile
-from nn_handler.dataloaders._io.remote.ranges import plan_requests
 
 from helpers.object_servers import put_object, range_server
 

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._io.file.filters import filters_of
+from nn_handler._io.file.filters import filters_of
 from nn_handler.rewrite import ROW_ORDER_KEY, rewrite_file
 
 from helpers.rewrite_files import N, assert_rewritten, write_every_kind
@@ -121,7 +121,7 @@ def test_incompressible_data_is_stored_plain_by_default(tmp_path):
 
 
 def test_inputs_of_tiny_chunks_are_read_in_runs_and_round_trip(tmp_path, monkeypatch):
-    from nn_handler.dataloaders._io.chunks.sources import TableChunks
+    from nn_handler._io.chunks.sources import TableChunks
 
     runs = []
     original = TableChunks.fill_run

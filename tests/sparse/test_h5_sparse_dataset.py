@@ -363,7 +363,7 @@ def test_unsorted_and_repeated_columns_sum_as_in_scipy(tmp_path):
 @pytest.fixture
 def tiny_row_blocks(monkeypatch):
     """Dense batches zeroed and scattered in blocks of 3 rows on 3 decode threads."""
-    from nn_handler.dataloaders._io.chunks import pool
+    from nn_handler._io.chunks import pool
     from nn_handler.dataloaders._sparse import batch as sparse_batch
 
     def blocks(n_rows: int, row_nbytes: int) -> list[tuple[int, int]]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._io.chunks import pool
+from nn_handler._io.chunks import pool
 from nn_handler.dataloaders._sparse import batch as sparse_batch
 from nn_handler.dataloaders._sparse.batch import RowEntries, to_dense
 

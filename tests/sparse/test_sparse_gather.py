@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders._sparse.gather import gather_ranges, plan_pieces
 
 N = 300

@@ -5,13 +5,13 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from nn_handler.dataloaders import H5SparseDataset
-from nn_handler.dataloaders._io.formats.sparse_layout import (
+from nn_handler._io.formats.sparse_layout import (
     constructor_call,
     describe_sparse,
     detect_layout,
     sparse_layouts,
 )
+from nn_handler.dataloaders import H5SparseDataset
 
 from helpers.sparse_files import N_OBS, N_VARS, write_10x, write_anndata
 

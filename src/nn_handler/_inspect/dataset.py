@@ -15,11 +15,11 @@ from typing import Any
 
 import h5py
 
-from nn_handler.dataloaders._io.file.filters import FilterInfo, filters_of
-from nn_handler.dataloaders._io.file.source import H5Source
-from nn_handler.dataloaders._io.rows.keys import field_key
-from nn_handler.dataloaders._io.rows.kinds import sample_kind, unsupported_reason
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.file.filters import FilterInfo, filters_of
+from nn_handler._io.file.source import H5Source
+from nn_handler._io.rows.keys import field_key
+from nn_handler._io.rows.kinds import sample_kind, unsupported_reason
+from nn_handler._io.rows.reader import RowReader
 
 from .._validate import format_bytes
 from .structures import is_dimension_scale

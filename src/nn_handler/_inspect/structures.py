@@ -23,8 +23,8 @@ from typing import Any
 
 import h5py
 
-from nn_handler.dataloaders._io.file.filters import filters_of
-from nn_handler.dataloaders._io.rows.keys import field_key
+from nn_handler._io.file.filters import filters_of
+from nn_handler._io.rows.keys import field_key
 
 __all__ = ["Structure", "detect", "is_dimension_scale", "pickled_names"]
 

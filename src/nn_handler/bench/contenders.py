@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from nn_handler.dataloaders._io.file.source import FileOptions, H5Source
-from nn_handler.dataloaders._io.rows.keys import resolve_key
-from nn_handler.dataloaders._io.rows.reader import RowReader
+from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.rows.keys import resolve_key
+from nn_handler._io.rows.reader import RowReader
 
 from .._validate import usable_cores
 from ..dataloaders import (

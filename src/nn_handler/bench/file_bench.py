@@ -20,6 +20,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from .._host import available_ram_bytes
+from .._io.storage.remote.urls import is_url
 from .._validate import check_positive_int, format_bytes
 from ..dataloaders import (
     ChunkShuffleSampler,
@@ -28,8 +30,6 @@ from ..dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from ..dataloaders._io.remote.urls import is_url
-from ..dataloaders._rank_cache.memory import available_ram_bytes
 from .contenders import NaiveH5Dataset
 from .file_advice import recommend
 from .file_report import (

@@ -4,8 +4,8 @@ Every public name is importable from here and from its own module (for example
 ``nn_handler.dataloaders.h5_dataloader.H5LazyDataset``).
 """
 
-from ._io.chunks.pool import decode_threads, set_decode_threads
-from ._io.errors import (
+from .._io.chunks.pool import decode_threads, set_decode_threads
+from .._io.errors import (
     CorruptFileError,
     DataFileError,
     ExternalDataError,

@@ -20,6 +20,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from .._io.file.source import FileOptions, LockingMode
+from .._io.indices import IndexArray, as_index_array, normalize_index
+from .._io.process import PerProcess
 from .._validate import (
     check_choice,
     check_count,
@@ -34,9 +37,6 @@ from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
 from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
-from ._io.file.source import FileOptions, LockingMode
-from ._io.indices import IndexArray, as_index_array, normalize_index
-from ._io.process import PerProcess
 from ._samples.split import split_batch
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler, EvenMode

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from .._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
+from .._io.indices import is_scalar_index
+from .._io.rows.fields import Reader, open_reader, row_reader
+from .._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
+from .._io.rows.reader import RowReader
+from .._io.storage.remote.ranges import adjacent_chunks
 from .._validate import check_callable, check_key, numpy_dtype
-from ._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
-from ._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
-from ._io.indices import is_scalar_index
-from ._io.remote.ranges import adjacent_chunks
-from ._io.rows.fields import Reader, open_reader, row_reader
-from ._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
-from ._io.rows.reader import RowReader
 from ._samples.columns import ENCODING_ARG, Column, label_map_from
 from ._samples.split import restack, split_samples
 from ._samples.worker_batches import read_batch

@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from .._io.errors import DataFileError
+from .._io.file.paths import check_paths
+from .._io.file.source import FileOptions, H5Source, LockingMode
+from .._io.formats.attrs import LabelReader
+from .._io.formats.members import open_dataset_id
+from .._io.formats.whole import SampleReader
 from .._validate import check_callable, check_int, format_names, numpy_dtype
-from ._io.errors import DataFileError
-from ._io.file.paths import check_paths
-from ._io.file.source import FileOptions, H5Source, LockingMode
-from ._io.formats.attrs import LabelReader
-from ._io.formats.members import open_dataset_id
-from ._io.formats.whole import SampleReader
 from ._per_sample.collate import pad_collate
 from ._per_sample.files import index_files
 from ._per_sample.index import NamePattern, SampleIndex

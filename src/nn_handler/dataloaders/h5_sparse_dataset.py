@@ -19,13 +19,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .._io.file.paths import check_paths
+from .._io.file.source import FileOptions, LockingMode
+from .._io.file.strings import check_encoding
+from .._io.formats.sparse_labels import merge_labels
+from .._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
+from .._io.rows.plan import WindowPlan, grow_cache
 from .._validate import check_choice, check_key, numpy_dtype
-from ._io.file.paths import check_paths
-from ._io.file.source import FileOptions, LockingMode
-from ._io.file.strings import check_encoding
-from ._io.formats.sparse_labels import merge_labels
-from ._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
-from ._io.rows.plan import WindowPlan, grow_cache
 from ._samples.batch_ring import ring_buffer
 from ._samples.columns import ENCODING_ARG
 from ._samples.split import split_samples

@@ -30,6 +30,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from .._io.rows.plan import WindowPlan
 from .._validate import (
     check_choice,
     check_count,
@@ -38,7 +39,6 @@ from .._validate import (
     usable_cores,
 )
 from . import _sharding
-from ._io.rows.plan import WindowPlan
 from ._loader.readahead import ReadaheadSampler
 from ._loader.start_method import SafeStartDataLoader
 from ._loader.thread_loader import ThreadedDataLoader

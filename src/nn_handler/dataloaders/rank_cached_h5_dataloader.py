@@ -28,6 +28,8 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from .._devices import check_device
+from .._io.file.source import FileOptions, H5Source, LockingMode
+from .._io.indices import as_index_array, is_scalar_index, normalize_index
 from .._validate import (
     check_callable,
     check_choice,
@@ -37,8 +39,6 @@ from .._validate import (
 )
 from ..distributed import World
 from . import _sharding
-from ._io.file.source import FileOptions, H5Source, LockingMode
-from ._io.indices import as_index_array, is_scalar_index, normalize_index
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
 from ._samples.batch_ring import worker_batch

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._io.indices import IndexArray
 from ..._validate import check_non_negative_int
-from .._io.indices import IndexArray
 
 __all__ = ["LRUSlots", "SampleCache", "unique_in_order"]
 

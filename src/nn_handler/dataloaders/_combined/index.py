@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._io.indices import IndexArray
 from ..._validate import format_names
-from .._io.indices import IndexArray
 from .batch import BatchPlan
 from .fields import (
     VALID_MASK,

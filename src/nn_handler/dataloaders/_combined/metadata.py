@@ -15,8 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..._io.indices import IndexArray
 from ..._validate import format_names
-from .._io.indices import IndexArray
 from .fields import FieldInfo, FileSchema
 from .filters import FilterSpec
 from .strings import decode_strings, in_file

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._io.file import strings
-from .._io.file.strings import BYTES, Where, as_bytes_array, decode_strings
+from ..._io.file import strings
+from ..._io.file.strings import BYTES, Where, as_bytes_array, decode_strings
 
 __all__ = ["ARG", "BYTES", "Where", "as_bytes_array", "check_encoding", "decode_strings", "in_file"]
 

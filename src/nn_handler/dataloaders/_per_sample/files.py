@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ..._io.file.source import H5Source
+from ..._io.formats.members import group_fingerprint, is_dataset_member, open_group
 from ..._validate import format_names
-from .._io.file.source import H5Source
-from .._io.formats.members import group_fingerprint, is_dataset_member, open_group
 from .index import SKIPPED_KEPT, FileIndex, NamePattern, list_samples
 from .sidecar import file_stamp, load_sidecar, save_sidecar
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._io.file.identity import FileIdentity
+from ..._io.storage.identity import FileIdentity
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._host import MEMINFO, available_ram_bytes
 from ..._validate import format_bytes
 from .._samples.pinned import log_once, pin_in_place
 from .._samples.shared_memory import SHM_PATH, shm_space
@@ -31,20 +32,6 @@ __all__ = [
     "unshared_nbytes",
 ]
 
-_MEMINFO = "/proc/meminfo"
-
-
-def available_ram_bytes() -> int | None:
-    """Return ``MemAvailable`` from ``/proc/meminfo`` in bytes, or None where unknown."""
-    try:
-        with open(_MEMINFO, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the kernel reports kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
 
 def check_fits(nbytes: int, what: str, *, shared: bool) -> None:
     """Raise ``MemoryError`` unless ``nbytes`` fit in available RAM (and ``/dev/shm`` if shared).
@@ -60,7 +47,7 @@ def check_fits(nbytes: int, what: str, *, shared: bool) -> None:
     if free is not None and nbytes > free:
         raise MemoryError(
             f"{what} needs {format_bytes(nbytes)} of RAM but only {format_bytes(free)} is "
-            f"available (MemAvailable in {_MEMINFO}). Each rank caches its own shard, so run "
+            f"available (MemAvailable in {MEMINFO}). Each rank caches its own shard, so run "
             "fewer ranks per node, cache a smaller dtype (e.g. dtype_x=np.float16), or read "
             "lazily with H5LazyDataset, which keeps nothing in memory."
         )

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from .._io.process import PerProcess, process_alive
+from ..._io.process import PerProcess, process_alive
 from .pinned import pin_in_place
 from .shared_memory import in_worker_process, new_shared, share_batch, shm_space
 from .structure import move

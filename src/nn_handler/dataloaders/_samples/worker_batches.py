@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._io.indices import as_index_array
-from .._io.rows.fields import Reader
+from ..._io.indices import as_index_array
+from ..._io.rows.fields import Reader
 from .batch_ring import worker_batch
 from .shared_memory import in_worker_process
 from .tensors import to_tensor

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .._io.indices import IndexArray
-from .._io.rows.reader import RowReader
+from ..._io.indices import IndexArray
+from ..._io.rows.reader import RowReader
 
 __all__ = ["gather_ranges", "plan_pieces"]
 

@@ -1,0 +1,469 @@
+"""The chunk engine: rows of a chunked dataset served from whole decoded blocks.
+
+Every random sample of a compressed dataset costs its whole chunk, so a chunk is decoded once
+and all its rows are served from it while it stays in the window (``window.py``): a batch
+claims the blocks it needs, the missing ones are filled in parallel in the decode pool by the
+dataset's ``BlockSource`` (``sources.py``: ``pread`` + decode, ``read_direct_chunk`` + decode,
+or h5py), and the batch is gathered with one ``np.take`` from the window's arena.
+
+The window holds as many blocks as the file's ``rdcc_nbytes`` allows (HDF5's own chunk cache is
+switched off for these datasets, so memory stays within that budget), or, when a sampler
+announced its shuffle window (``plan_window``), two windows and a margin: a window of 64 chunks
+of 786 KB then holds ~100 MB, not the full budget. A batch wider than the window is served in
+parts. Without a window (no budget), or with one row per chunk (large images), blocks are
+filled straight into the batch or into scratch and nothing is kept. Sequential reads
+(``read_range``) fill whole blocks straight into the caller's buffer and keep only the blocks
+at its two edges (when h5py decodes, it reads the whole range in one call).
+
+When blocks are read outside the GIL (``BlockSource.releases_gil``), ``prefetch`` fills the
+blocks of the next rows in the pool ahead of need; a read of them waits instead of decoding
+them twice. The window belongs to one process (``PerProcess``): a forked or spawned worker
+builds its own. When every block fits the budget, forked workers read through ``SharedBlocks``
+(``shared.py``) instead: one decoded copy for all workers and all epochs, as ``num_workers=0``
+keeps one.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..file.source import H5Source
+from ..indices import IndexArray
+from ..process import PerProcess
+from ..storage.chunk_index import ChunkIndex
+from .pool import decode_threads, run_parallel, submit
+from .shared import SharedBlocks
+from .sources import BlockSource, Geometry, TableChunks, block_source
+from .window import Claim, Window
+
+__all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
+
+_RUN_BLOCK_BYTES = 64 * 1024  # blocks this small are read in runs by sequential reads
+_GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
+# below this, a dataset decodes in moments: each worker keeps its own window rather than hold a
+# map and a semaphore per dataset (many small files would use up the process's maps)
+_SHARED_MIN_BYTES = 1024**2
+
+_Task = tuple[int, np.ndarray[Any, Any]]  # (block, destination of block_rows rows)
+
+
+class ChunkEngine:
+    """Serves rows of one chunked dataset from a window of decoded blocks.
+
+    Args:
+        file: The file (its ``rdcc_nbytes`` bounds the window).
+        source: Fills one block (and knows the blocks' geometry).
+    """
+
+    def __init__(self, file: H5Source, source: BlockSource) -> None:
+        self.file = file
+        self.source = source
+        self.geometry: Geometry = source.geometry
+        self.window_blocks: int | None = None
+        #: adjacent blocks a sampler shuffles together (its block in chunks): fetched as one run
+        self.run_blocks = 1
+        self._window: PerProcess[Window] = PerProcess(functools.partial(Window, self.geometry))
+        self._shared: SharedBlocks | None = None
+        self._share_if_whole()
+
+    @property
+    def decodes(self) -> bool:
+        """True when raw chunks are decoded here (the ``decode`` strategy), not by h5py."""
+        return self.source.decodes
+
+    @property
+    def releases_gil(self) -> bool:
+        """True when blocks are read and decoded outside the GIL and h5py's lock."""
+        return self.source.releases_gil
+
+    @property
+    def decodes_heads(self) -> bool:
+        """True when ``head`` of a block not held decodes only as far as asked."""
+        return self.source.decodes_heads
+
+    @property
+    def block_nbytes(self) -> int:
+        return self.geometry.block_nbytes
+
+    @property
+    def cache(self) -> Window:
+        """This process's window of decoded blocks."""
+        return self._window.get()
+
+    def plan_window(self, blocks: int, run: int = 1) -> None:
+        """Hold about two windows of ``blocks`` blocks (a sampler's shuffle window), not more.
+
+        ``run``: the sampler keeps runs of this many adjacent blocks together; an object
+        store's readahead then fetches every run it touches whole (one request per run).
+        """
+        self.window_blocks = max(1, int(blocks))
+        self.run_blocks = max(1, int(run))
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop the decoded blocks of this process (and those shared with its workers)."""
+        self.cache.clear()
+        if self._shared is not None and not self._shared.usable:
+            self._shared.clear()
+        self._share_if_whole()
+
+    def _share_if_whole(self) -> None:
+        """Keep every block in memory shared with forked workers, when the budget holds them all.
+
+        Only in the process that built the engine (its workers inherit the memory), for blocks
+        decoded here from a local file that does not grow. Nothing is touched until a worker
+        fills a block.
+        """
+        shared = self._shared
+        if shared is not None and shared.usable:
+            return  # a worker: the building process decides
+        source = self.source
+        local = not (isinstance(source, TableChunks) and source.batches_reads)
+        growing = self.file.may_grow or self.file.swmr_mode
+        geometry = self.geometry
+        whole = geometry.block_rows > 1 and self._capacity() >= geometry.count
+        whole = whole and geometry.count * geometry.block_nbytes >= _SHARED_MIN_BYTES
+        if not (whole and local and source.decodes and source.releases_gil and not growing):
+            self._shared = None
+        elif shared is None:
+            self._shared = SharedBlocks(self.geometry)
+
+    @property
+    def readahead_rows(self) -> int:
+        """Rows worth filling ahead of need: one planned window (0 when none was planned)."""
+        rows = self.geometry.block_rows
+        if self.window_blocks is None or rows == 1 or not self.releases_gil:
+            return 0
+        if self._capacity() < 2 * self.window_blocks + 2:
+            return 0  # the next window would evict blocks this one still needs
+        return self.window_blocks * rows
+
+    def prefetch(self, dset: h5py.Dataset, idx: IndexArray) -> None:
+        """Start filling, in the pool, the blocks rows ``idx`` need that are not held yet.
+
+        Returns at once; a later ``read`` of these rows waits for them instead of filling
+        them again. Nothing happens unless blocks are read outside the GIL, with a decode
+        pool, a window, and free slots.
+        """
+        capacity = self._capacity()
+        if not self.releases_gil or self.geometry.block_rows == 1 or capacity == 0:
+            return
+        if idx.size == 0 or decode_threads() < 2:
+            return
+        ids = np.unique(idx // self.geometry.block_rows)
+        remote = isinstance(self.source, TableChunks) and self.source.batches_reads
+        if remote and self.run_blocks > 1:  # the rest of each run comes with it: no more trips
+            ids = whole_runs(ids, self.run_blocks, self.geometry.count)
+        claim = self.cache.claim_ahead(ids, capacity)
+        if claim is None:
+            return  # the window is busy
+        if remote:
+            # an object store: one task asks for every chunk at once (concurrent requests)
+            many = (dset, claim, list(claim.fresh))
+            if submit(self._fill_ahead_many, many) is None:
+                self._fill_ahead_many(many)
+            return
+        for block in claim.fresh:
+            task = (dset, claim, block)
+            if submit(self._fill_ahead, task) is None:
+                self._fill_ahead(task)
+
+    def _fill_ahead(self, task: tuple[h5py.Dataset, Claim, int]) -> None:
+        dset, claim, block = task
+        try:
+            self.source.fill(dset, block, claim.arena[claim.slot(block)])
+            ok = True
+        except BaseException:
+            ok = False  # a later read fills it again and reports what is wrong
+        self.cache.settle_ahead(claim, block, ok)
+
+    def _fill_ahead_many(self, task: tuple[h5py.Dataset, Claim, list[int]]) -> None:
+        dset, claim, blocks = task
+        assert isinstance(self.source, TableChunks)
+        fills = [(block, claim.arena[claim.slot(block)]) for block in blocks]
+        try:  # decoded in this (pool) thread: waiting on the pool from inside it could deadlock
+            errors = self.source.fill_many(dset, fills, parallel=False)
+        except BaseException:
+            errors = [RuntimeError("read failed")] * len(blocks)  # a later read reports it
+        for block, error in zip(blocks, errors, strict=True):
+            self.cache.settle_ahead(claim, block, error is None)
+
+    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any]:
+        """The first ``rows`` rows of ``block`` (read-only).
+
+        From the window when it holds the block; else, when the source can (plain deflate),
+        decoded only that far and not kept: a sparse row that spills into the next chunk must
+        not make that chunk decode twice (once for the head, once for its own rows later).
+        Otherwise the rows are read through the window.
+        """
+        if not self.cache.holds(block):
+            head = self.source.head(dset, block, rows)
+            if head is not None:
+                return head
+        first = block * self.geometry.block_rows
+        idx = np.arange(first, first + rows, dtype=np.int64)
+        return self.read(dset, idx, np.empty((rows, *self.geometry.row_shape), self.geometry.dtype))
+
+    def read(
+        self, dset: h5py.Dataset, idx: IndexArray, out: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        """Fill ``out`` with rows ``idx`` (any order, duplicates allowed)."""
+        if not out.flags.c_contiguous:
+            out[...] = self.read(dset, idx, np.empty_like(out, order="C"))
+            return out
+        blocks = idx // self.geometry.block_rows
+        capacity = self._capacity()
+        shared = self._shared
+        if shared is not None and shared.usable and capacity >= self.geometry.count:
+            return self._read_shared(dset, shared, idx, blocks, out)
+        if self.geometry.block_rows == 1 or capacity == 0:
+            return self._read_uncached(dset, idx, blocks, out)
+        uniq = np.unique(blocks)
+        if uniq.size <= capacity:
+            self._read_group(dset, uniq, idx, blocks, out, None)
+            return out
+        for g in range(0, uniq.size, capacity):  # a batch wider than the window: in parts
+            group = uniq[g : g + capacity]
+            pos = np.flatnonzero(np.isin(blocks, group))
+            self._read_group(dset, group, idx[pos], blocks[pos], out, pos)
+        return out
+
+    def read_blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]] | None:
+        """Whole blocks ``ids`` (sorted, unique, in range) through the window, copied out.
+
+        Each block is decoded once, in parallel, and kept, as ``read`` would; but copied out a
+        block at a time, where ``read`` of every row of a block (a sparse matrix's ``data``,
+        one entry a row) gathers row by row: 60 % of a compressed sparse batch. None where the
+        window does not serve them (no window, blocks shared among workers, more blocks than
+        the window holds): ``read`` then.
+        """
+        rows, length = self.geometry.block_rows, self.geometry.length
+        capacity = self._capacity()
+        shared = self._shared
+        if not ids or rows == 1 or capacity < len(ids) or not self.decodes:
+            return None
+        if shared is not None and shared.usable and capacity >= self.geometry.count:
+            return None
+        window = self.cache
+        claim = window.claim(np.asarray(ids, dtype=np.int64), capacity)
+        try:
+            extra = self._fill_claim(dset, window, claim)
+            if claim.awaited and not window.wait(claim):
+                return None  # another thread's fill failed: ``read`` claims and fills them
+            return [
+                (extra[b] if s < 0 else claim.arena[s])[: min(rows, length - b * rows)].copy()
+                for b, s in zip(ids, claim.slots.tolist(), strict=True)
+            ]
+        finally:
+            window.release(claim)
+
+    def read_range(
+        self, dset: h5py.Dataset, start: int, stop: int, out: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        """Fill ``out`` with rows ``[start, stop)``: whole blocks are filled straight into it."""
+        if not self.decodes:  # h5py decodes: it reads a range best in one call
+            dset.read_direct(out, np.s_[start:stop])
+            return out
+        if not out.flags.c_contiguous:
+            out[...] = self.read_range(dset, start, stop, np.empty_like(out, order="C"))
+            return out
+        rows = self.geometry.block_rows
+        first, last = -(-start // rows), stop // rows  # blocks wholly inside [start, stop)
+        whole = range(first, last) if first < last else range(0)
+        if self._in_runs(len(whole)):
+            assert isinstance(self.source, TableChunks)
+            self.source.fill_run(dset, first, out[first * rows - start : last * rows - start])
+        else:
+            self._fill(dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole])
+        spans = [(start, stop)] if not whole else [(start, first * rows), (last * rows, stop)]
+        edge = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
+        if edge.size:
+            part = np.empty((edge.size, *self.geometry.row_shape), self.geometry.dtype)
+            out[edge - start] = self.read(dset, edge, part)
+        return out
+
+    def _in_runs(self, blocks: int) -> bool:
+        """True when a sequential read of ``blocks`` whole blocks goes through ``fill_run``.
+
+        Small chunks of a local file: a task, a read and a pipeline walk per chunk would cost
+        more than decoding one (large chunks read best one per task, reads in parallel).
+        """
+        source = self.source
+        small = self.block_nbytes <= _RUN_BLOCK_BYTES
+        return blocks > 1 and small and isinstance(source, TableChunks) and not source.batches_reads
+
+    def _read_group(
+        self,
+        dset: h5py.Dataset,
+        ids: np.ndarray[Any, Any],
+        idx: IndexArray,
+        blocks: np.ndarray[Any, Any],
+        out: np.ndarray[Any, Any],
+        pos: np.ndarray[Any, Any] | None,
+    ) -> None:
+        window = self.cache
+        claim = window.claim(ids, self._capacity())
+        retry = False
+        try:
+            extra = self._fill_claim(dset, window, claim)
+            if claim.awaited and not window.wait(claim):
+                retry = True  # another thread's fill failed: claim and fill them here
+                return
+            rows = self.geometry.block_rows
+            where = np.searchsorted(ids, blocks)
+            flat = claim.arena.reshape(-1, *self.geometry.row_shape)
+            at = claim.slots[where] * rows + (idx - blocks * rows)
+            outside = claim.slots[where] < 0
+            if pos is None and not outside.any():
+                np.take(flat, at, axis=0, out=out, mode="clip")  # "raise" would copy twice
+            else:
+                self._gather_mixed(flat, at, outside, idx, blocks, extra, out, pos)
+        finally:
+            window.release(claim)
+            if retry:
+                self._read_group(dset, ids, idx, blocks, out, pos)
+
+    def _read_shared(
+        self,
+        dset: h5py.Dataset,
+        shared: SharedBlocks,
+        idx: IndexArray,
+        blocks: np.ndarray[Any, Any],
+        out: np.ndarray[Any, Any],
+    ) -> np.ndarray[Any, Any]:
+        """Rows ``idx`` from the blocks shared with the other workers, filling missing ones.
+
+        Slot = block, so row ``i`` is row ``i`` of the arena. Missing blocks are claimed and
+        filled a few at a time; those another worker was filling and still is once this one is
+        done are decoded into scratch rather than waited for.
+        """
+        missing = shared.pending(np.unique(blocks).tolist())
+        others: list[int] = []
+        step = max(1, decode_threads())
+        for g in range(0, len(missing), step):
+            # a few blocks at a time: workers that need the same blocks (two of them starting
+            # an epoch) then take turns filling them instead of each filling them all
+            fill, busy = shared.claim(np.asarray(missing[g : g + step], dtype=np.int64))
+            others += busy
+            try:
+                self._fill(dset, [(b, shared.arena[b]) for b in fill])
+            except BaseException:
+                shared.settle(fill, ok=False)
+                raise
+            shared.settle(fill, ok=True)
+        others = shared.pending(others)  # most of them were filled meanwhile
+        flat = shared.arena.reshape(-1, *self.geometry.row_shape)
+        if not others:  # every epoch after the first: one gather, nothing else
+            np.take(flat, idx, axis=0, out=out, mode="clip")  # idx was checked against length
+            return out
+        extra = {b: self.geometry.empty_block() for b in others}
+        self._fill(dset, list(extra.items()))
+        outside = np.isin(blocks, others)
+        self._gather_mixed(flat, idx, outside, idx, blocks, extra, out, None)
+        return out
+
+    def _fill_claim(
+        self, dset: h5py.Dataset, window: Window, claim: Claim
+    ) -> dict[int, np.ndarray[Any, Any]]:
+        """Fill the claim's fresh blocks into their slots, others (no slot free) into scratch."""
+        extra = {
+            int(b): self.geometry.empty_block()
+            for b, s in zip(claim.ids.tolist(), claim.slots.tolist(), strict=True)
+            if s < 0
+        }
+        tasks = [(b, claim.arena[claim.slot(b)]) for b in claim.fresh] + list(extra.items())
+        try:
+            self._fill(dset, tasks)
+        except BaseException:
+            window.settle(claim, ok=False)
+            raise
+        window.settle(claim, ok=True)
+        return extra
+
+    def _gather_mixed(
+        self,
+        flat: np.ndarray[Any, Any],
+        at: np.ndarray[Any, Any],
+        outside: np.ndarray[Any, Any],
+        idx: IndexArray,
+        blocks: np.ndarray[Any, Any],
+        extra: dict[int, np.ndarray[Any, Any]],
+        out: np.ndarray[Any, Any],
+        pos: np.ndarray[Any, Any] | None,
+    ) -> None:
+        where = np.arange(idx.size) if pos is None else pos
+        inside = ~outside
+        out[where[inside]] = flat[at[inside]]
+        for k in np.flatnonzero(outside).tolist():
+            block = int(blocks[k])
+            out[where[k]] = extra[block][int(idx[k]) - block * self.geometry.block_rows]
+
+    def _read_uncached(
+        self,
+        dset: h5py.Dataset,
+        idx: IndexArray,
+        blocks: np.ndarray[Any, Any],
+        out: np.ndarray[Any, Any],
+    ) -> np.ndarray[Any, Any]:
+        """No window (one row per block, or no budget): fill into the batch or scratch."""
+        rows = self.geometry.block_rows
+        if rows == 1:
+            uniq, first = np.unique(idx, return_index=True)
+            tasks = [(int(b), out[int(p) : int(p) + 1]) for b, p in zip(uniq, first, strict=True)]
+            self._fill(dset, tasks)
+            if uniq.size < idx.size:  # duplicates: copy from the first occurrence
+                out[...] = out[first[np.searchsorted(uniq, idx)]]
+            return out
+        per_group = max(1, _GROUP_BYTES // max(1, self.block_nbytes))
+        uniq = np.unique(blocks)
+        for g in range(0, uniq.size, per_group):
+            arrays = {int(b): self.geometry.empty_block() for b in uniq[g : g + per_group]}
+            self._fill(dset, list(arrays.items()))
+            for b, arr in arrays.items():
+                pos = np.flatnonzero(blocks == b)
+                out[pos] = arr[idx[pos] - b * rows]
+        return out
+
+    def _fill(self, dset: h5py.Dataset, tasks: list[_Task]) -> None:
+        """Fill each task's block: in the decode pool when we decode, else in this thread."""
+        if not self.source.decodes:  # h5py decodes under its lock: threads would only queue
+            for block, dest in tasks:
+                self.source.fill(dset, block, dest)
+            return
+        if isinstance(self.source, TableChunks) and self.source.batches_reads and len(tasks) > 1:
+            errors = self.source.fill_many(dset, tasks)  # one request batch, then decodes
+            first = next((e for e in errors if e is not None), None)
+            if first is not None:
+                raise first
+            return
+        fill = self.source.fill
+        run_parallel(lambda task: fill(dset, *task), tasks)
+
+    def _capacity(self) -> int:
+        budget = self.file.options.rdcc_nbytes // max(1, self.block_nbytes)
+        if self.window_blocks is not None:
+            budget = min(budget, 2 * self.window_blocks + 2)
+        return int(min(budget, self.geometry.count))
+
+
+def whole_runs(ids: np.ndarray[Any, Any], run: int, count: int) -> np.ndarray[Any, Any]:
+    """Every block of the runs of ``run`` blocks (aligned at multiples of it) that ``ids`` touch."""
+    starts = np.unique(ids // run) * run
+    every = (starts[:, None] + np.arange(run)).ravel()
+    return every[every < count]
+
+
+def chunk_engine(
+    dset: h5py.Dataset, file: H5Source, *, decode: bool, index: ChunkIndex | None = None
+) -> ChunkEngine | None:
+    """The engine for chunked ``dset``, or None (not chunked, or no rows to serve).
+
+    ``decode``: whether raw chunks may be decoded here at all (see ``block_source``);
+    ``index``: the chunk index the layout check already read (else it is read again).
+    """
+    source = block_source(dset, file, decode=decode, index=index)
+    return None if source is None else ChunkEngine(file, source)

@@ -1,0 +1,1 @@
+"""Bytes: the byte sources (local files, URLs) and what identifies their version."""
