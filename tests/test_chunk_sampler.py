@@ -14,7 +14,7 @@ from nn_handler.dataloaders import (
     batched_loader,
     fit_chunk_cache,
 )
-from nn_handler.dataloaders.chunk_sampler import block_order, deal_batches, window_shuffle
+from nn_handler.dataloaders.samplers.chunks import block_order, deal_batches, window_shuffle
 
 from helpers.chunk_orders import rank_orders
 from helpers.files import h5_rows, images
@@ -24,8 +24,8 @@ from helpers.resume import check_resume
 configs = st.tuples(st.integers(0, 400), st.integers(1, 40), st.integers(1, 6), st.integers(1, 5))
 
 
-def orders(n, block, window, world, *, seed=0, epoch=0, even="pad"):
-    kw = {"block_size": block, "window_chunks": window, "seed": seed, "even": even}
+def orders(n, block, window, world, *, seed=0, epoch=0, equal_steps="pad"):
+    kw = {"block_size": block, "window_chunks": window, "seed": seed, "equal_steps": equal_steps}
     return rank_orders(n, world, epoch=epoch, **kw)
 
 
@@ -38,11 +38,11 @@ def test_single_rank_is_a_permutation(n, block, window, seed):
 @given(configs)
 def test_ranks_are_disjoint_with_equal_counts(cfg):
     n, block, window, world = cfg
-    dropped = orders(n, block, window, world, even="drop")
+    dropped = orders(n, block, window, world, equal_steps="drop")
     assert len({len(o) for o in dropped}) == 1
     joined = np.concatenate(dropped)
     assert len(set(joined.tolist())) == joined.size == n // world * world  # disjoint
-    padded = orders(n, block, window, world, even="pad")
+    padded = orders(n, block, window, world, equal_steps="pad")
     assert len({len(o) for o in padded}) == 1
     joined = np.concatenate(padded)
     assert set(joined.tolist()) == set(range(n))  # every sample at least once
@@ -71,7 +71,7 @@ def test_new_epoch_and_new_seed_give_new_orders():
 def test_block_locality(cfg):
     """A window touches at most window + 2 blocks; ranks share only the blocks at their borders."""
     n, block, window, world = cfg
-    parts = orders(n, block, window, world, even="drop")
+    parts = orders(n, block, window, world, equal_steps="drop")
     span = window * block
     for order in parts:
         for start in range(0, len(order), span):
@@ -85,7 +85,9 @@ def test_block_locality(cfg):
 def test_resume_mid_epoch():
     check_resume(lambda: ChunkShuffleSampler(103, block_size=8, window_chunks=3, seed=4))
     check_resume(lambda: ChunkShuffleSampler(103, block_size=8, batch_size=5, num_workers=3))
-    check_resume(lambda: ChunkShuffleSampler(103, block_size=8, rank=1, world_size=3, even="drop"))
+    check_resume(
+        lambda: ChunkShuffleSampler(103, block_size=8, rank=1, world_size=3, equal_steps="drop")
+    )
 
 
 def test_state_belongs_to_its_sizes():
@@ -190,8 +192,8 @@ def test_errors():
         ChunkShuffleSampler(10, block_size=0)
     with pytest.raises(ValueError, match="window_chunks must be >= 1, got 0"):
         ChunkShuffleSampler(10, block_size=2, window_chunks=0)
-    with pytest.raises(ValueError, match="even must be one of 'pad', 'drop'; got 'odd'"):
-        ChunkShuffleSampler(10, block_size=2, even="odd")
+    with pytest.raises(ValueError, match="equal_steps must be one of 'pad', 'drop'; got 'odd'"):
+        ChunkShuffleSampler(10, block_size=2, equal_steps="odd")
     with pytest.raises(ValueError, match="rank must be in"):
         ChunkShuffleSampler(10, block_size=2, rank=3, world_size=2)
     with pytest.raises(ValueError, match="num_workers=4 needs batch_size="):

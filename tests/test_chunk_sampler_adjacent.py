@@ -36,11 +36,11 @@ class _Remote:
         self.chunk_cache_nbytes = nbytes
 
 
-def _orders(ds, world, *, seed=0, epoch=0, even="pad", **kwargs):
+def _orders(ds, world, *, seed=0, epoch=0, equal_steps="pad", **kwargs):
     result = []
     for rank in range(world):
         sampler = ChunkShuffleSampler(
-            ds, seed=seed, rank=rank, world_size=world, even=even, **kwargs
+            ds, seed=seed, rank=rank, world_size=world, equal_steps=equal_steps, **kwargs
         )
         sampler.set_epoch(epoch)
         result.append(np.fromiter(sampler, np.int64))
@@ -65,12 +65,12 @@ configs = st.tuples(st.integers(0, 600), st.integers(1, 20), st.integers(1, 9), 
 
 @given(configs, st.integers(0, 2**32), st.sampled_from(["pad", "drop"]))
 @settings(max_examples=80, deadline=None)
-def test_every_sample_once_per_epoch(cfg, seed, even):
+def test_every_sample_once_per_epoch(cfg, seed, equal_steps):
     n, rows, k, world = cfg
-    parts = _orders(_Remote(n, rows, k), world, seed=seed, even=even)
+    parts = _orders(_Remote(n, rows, k), world, seed=seed, equal_steps=equal_steps)
     assert len({len(p) for p in parts}) == 1
     joined = np.concatenate(parts)
-    if even == "pad":
+    if equal_steps == "pad":
         assert set(joined.tolist()) == set(range(n)) and joined.size - n < world
     else:
         assert len(set(joined.tolist())) == joined.size == n // world * world
@@ -87,7 +87,7 @@ def test_blocks_are_runs_of_adjacent_chunks(cfg, window):
     sampler = ChunkShuffleSampler(ds, window_chunks=window, rank=0, world_size=world)
     assert sampler.block_size == k * rows and sampler.state_dict()["block_size"] == k * rows
     block = k * rows
-    for order in _orders(ds, world, window_chunks=window, even="drop"):
+    for order in _orders(ds, world, window_chunks=window, equal_steps="drop"):
         for start in range(0, len(order), window * block):
             assert np.unique(order[start : start + window * block] // block).size <= window + 2
     (whole,) = _orders(ds, 1, window_chunks=1)  # one block per window: each block is one run
@@ -126,13 +126,17 @@ def test_a_state_of_other_blocks_is_refused():
 def test_elastic_resume_trains_every_sample_once(n, seed, fraction, world):
     """Save mid-epoch on 2 ranks, load on ``world``: every sample once, with adjacent blocks."""
     ds = _Remote(n, 6, 4)
-    first = [ChunkShuffleSampler(ds, seed=seed, rank=r, world_size=2, even="drop") for r in (0, 1)]
+    first = [
+        ChunkShuffleSampler(ds, seed=seed, rank=r, world_size=2, equal_steps="drop") for r in (0, 1)
+    ]
     orders = [list(s) for s in first]
     take = int(fraction * len(orders[0]))
     trained = [i for order in orders for i in order[:take]]
     state = {**first[1].state_dict(), "consumed": take}
     for rank in range(world):
-        sampler = ChunkShuffleSampler(ds, seed=seed, rank=rank, world_size=world, even="drop")
+        sampler = ChunkShuffleSampler(
+            ds, seed=seed, rank=rank, world_size=world, equal_steps="drop"
+        )
         sampler.load_state_dict(dict(state))
         trained += list(sampler)
     assert len(trained) == len(set(trained))

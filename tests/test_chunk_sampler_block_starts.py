@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nn_handler.dataloaders import ChunkShuffleSampler, fit_chunk_cache
-from nn_handler.dataloaders.chunk_sampler import starts_order, window_shuffle_at
+from nn_handler.dataloaders.samplers.chunks import starts_order, window_shuffle_at
 
 from helpers.chunk_orders import rank_orders
 from helpers.resume import check_resume
@@ -27,8 +27,8 @@ def layouts(draw, max_n=400):
     return n, starts
 
 
-def orders(n, starts, window, world, *, seed=0, epoch=0, even="pad", **kw):
-    kw.update(block_starts=starts, window_chunks=window, seed=seed, even=even)
+def orders(n, starts, window, world, *, seed=0, epoch=0, equal_steps="pad", **kw):
+    kw.update(block_starts=starts, window_chunks=window, seed=seed, equal_steps=equal_steps)
     return rank_orders(n, world, epoch=epoch, **kw)
 
 
@@ -46,11 +46,11 @@ def test_single_rank_is_a_permutation(layout, window, seed):
 @given(layouts(), st.integers(1, 6), st.integers(1, 5))
 def test_ranks_are_disjoint_with_equal_counts(layout, window, world):
     n, starts = layout
-    dropped = orders(n, starts, window, world, even="drop")
+    dropped = orders(n, starts, window, world, equal_steps="drop")
     assert len({len(o) for o in dropped}) == 1
     joined = np.concatenate(dropped)
     assert len(set(joined.tolist())) == joined.size == n // world * world
-    padded = orders(n, starts, window, world, even="pad")
+    padded = orders(n, starts, window, world, equal_steps="pad")
     assert len({len(o) for o in padded}) == 1
     assert set(np.concatenate(padded).tolist()) == set(range(n))
 
@@ -61,7 +61,7 @@ def test_windows_hold_whole_blocks(layout, window, world):
     """A rank's order splits into runs of at most ``window`` blocks, each block in one run."""
     n, starts = layout
     blocks = block_of(n, starts)
-    for order in orders(n, starts, window, world, even="drop"):
+    for order in orders(n, starts, window, world, equal_steps="drop"):
         closed: set[int] = set()
         current: set[int] = set()
         for b in blocks[order].tolist():

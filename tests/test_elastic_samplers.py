@@ -9,19 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nn_handler.dataloaders import ChunkShuffleSampler, DistributedEpochSampler, ShardEpochSampler
-from nn_handler.dataloaders.shard_sampler import shard_rows
+from nn_handler.dataloaders.samplers.shards import shard_rows
 from nn_handler.distributed import World
 
 
-def _distributed(n, world, rank, even, seed, workers):
-    return DistributedEpochSampler(n, rank=rank, world_size=world, seed=seed, even=even)
+def _distributed(n, world, rank, equal_steps, seed, workers):
+    return DistributedEpochSampler(
+        n, rank=rank, world_size=world, seed=seed, equal_steps=equal_steps
+    )
 
 
-def _chunked(n, world, rank, even, seed, workers):
+def _chunked(n, world, rank, equal_steps, seed, workers):
     batch = 3 if workers > 1 else None
     return ChunkShuffleSampler(
-        n, block_size=5, window_chunks=2, rank=rank, world_size=world, seed=seed, even=even,
-        batch_size=batch, num_workers=workers,
+        n, block_size=5, window_chunks=2, rank=rank, world_size=world, seed=seed,
+        equal_steps=equal_steps, batch_size=batch, num_workers=workers,
     )  # fmt: skip
 
 
@@ -35,7 +37,7 @@ phases_st = st.lists(
 )
 
 
-def run_phases(kind, n, phases, even, seed, epoch=2):
+def run_phases(kind, n, phases, equal_steps, seed, epoch=2):
     """Train each phase's share on its world, save on one rank, load on every rank of the next.
 
     Returns every index trained (all phases; the last one runs to the end of the epoch) and
@@ -47,7 +49,7 @@ def run_phases(kind, n, phases, even, seed, epoch=2):
     state = None
     for i, (world, fraction, workers) in enumerate(phases):
         last = i == len(phases) - 1
-        samplers = [make(n, world, rank, even, seed, workers) for rank in range(world)]
+        samplers = [make(n, world, rank, equal_steps, seed, workers) for rank in range(world)]
         orders = []
         for sampler in samplers:
             if state is not None:
@@ -70,16 +72,16 @@ def run_phases(kind, n, phases, even, seed, epoch=2):
 @given(
     n=st.integers(0, 120),
     phases=phases_st,
-    even=st.sampled_from(["pad", "drop"]),
+    equal_steps=st.sampled_from(["pad", "drop"]),
     seed=st.integers(0, 2**32),
 )
 @settings(max_examples=80, deadline=None)
-def test_every_sample_once_across_worlds(kind, n, phases, even, seed):
-    trained, counts = run_phases(kind, n, phases, even, seed)
+def test_every_sample_once_across_worlds(kind, n, phases, equal_steps, seed):
+    trained, counts = run_phases(kind, n, phases, equal_steps, seed)
     assert all(len(set(c)) == 1 for c in counts)  # equal steps on every rank, every phase
     seen = Counter(trained)
     assert set(seen) <= set(range(n))
-    if even == "pad":
+    if equal_steps == "pad":
         assert set(seen) == set(range(n))  # every sample
         pads = sum(seen.values()) - n
         # a phase pads its last global step only: at most world_size - 1 each

@@ -150,10 +150,12 @@ def test_epoch_shuffle_sampler_bad_input():
 
 @settings(max_examples=80)
 @given(worlds, st.sampled_from(["pad", "drop"]), st.integers(0, 3), st.booleans())
-def test_distributed_sampler_disjoint_equal_covering(tw, even, epoch, shuffle):
+def test_distributed_sampler_disjoint_equal_covering(tw, equal_steps, epoch, shuffle):
     total, world = tw
     samplers = [
-        DistributedEpochSampler(total, seed=5, shuffle=shuffle, rank=r, world_size=world, even=even)
+        DistributedEpochSampler(
+            total, seed=5, shuffle=shuffle, rank=r, world_size=world, equal_steps=equal_steps
+        )
         for r in range(world)
     ]
     orders = []
@@ -165,7 +167,7 @@ def test_distributed_sampler_disjoint_equal_covering(tw, even, epoch, shuffle):
     assert lengths.pop() == len(samplers[0])
     flat = [i for o in orders for i in o]
     s0 = samplers[0]
-    if even == "pad":
+    if equal_steps == "pad":
         assert set(flat) == set(range(total))
         assert len(flat) - total == s0.num_padded < world
     else:
@@ -179,7 +181,7 @@ def test_distributed_sampler_pads_when_fewer_samples_than_ranks():
     ]
     assert orders == [[0], [1], [0], [1]]
     dropped = [
-        list(DistributedEpochSampler(2, rank=r, world_size=4, even="drop")) for r in range(4)
+        list(DistributedEpochSampler(2, rank=r, world_size=4, equal_steps="drop")) for r in range(4)
     ]
     assert dropped == [[], [], [], []]
 
@@ -201,5 +203,5 @@ def test_distributed_sampler_detects_world_from_env(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     s = DistributedEpochSampler(10)
     assert (s.rank, s.world_size) == (2, 3)
-    with pytest.raises(ValueError, match="even must be one of 'pad', 'drop'; got 'round'"):
-        DistributedEpochSampler(10, even="round")
+    with pytest.raises(ValueError, match="equal_steps must be one of 'pad', 'drop'; got 'round'"):
+        DistributedEpochSampler(10, equal_steps="round")

@@ -73,7 +73,7 @@ def test_pad_covers_every_sample_with_at_most_world_minus_one_repeats(files, wor
 
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_drop_gives_disjoint_equal_parts(files, world):
-    loaders = [_make(files, r, world, even="drop") for r in range(world)]
+    loaders = [_make(files, r, world, equal_steps="drop") for r in range(world)]
     n = len(loaders[0].dataset)
     for epoch in (0, 1):
         samples = [_flat(_epoch(loader, epoch)) for loader in loaders]
@@ -188,8 +188,8 @@ def test_bad_arguments(files):
         create_optimized_dataloader(files, 0, 0)
     with pytest.raises(ValueError, match="num_workers must be >= 0, got -1"):
         create_optimized_dataloader(files, 4, -1)
-    with pytest.raises(ValueError, match="even must be one of 'pad', 'drop'; got 'cut'"):
-        create_optimized_dataloader(files, 4, 0, even="cut")
+    with pytest.raises(ValueError, match="equal_steps must be one of 'pad', 'drop'; got 'cut'"):
+        create_optimized_dataloader(files, 4, 0, equal_steps="cut")
     with pytest.raises(ValueError, match=r"no sample is left after the filters .*allowed_guids"):
         create_optimized_dataloader(files, 4, 0, allowed_guids=["nobody"])
     with pytest.raises(ValueError, match=r"rank must be in \[0, world_size=2\), got rank=2"):

@@ -25,7 +25,9 @@ def split_rows_rank(path: str, csc_path: str) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     samplers = {
         "chunk": ChunkShuffleSampler(ds, window_chunks=2, rank=rank, world_size=world),
-        "distributed": DistributedEpochSampler(len(ds), rank=rank, world_size=world, even="drop"),
+        "distributed": DistributedEpochSampler(
+            len(ds), rank=rank, world_size=world, equal_steps="drop"
+        ),
     }
     out: dict[str, Any] = {}
     for kind, sampler in samplers.items():

@@ -59,7 +59,12 @@ def test_sampler_choice_for_a_global_dataset(lazy, world, role, kind, length):
     assert type(sampler) is kind
     assert len(sampler) == length
     if kind is DistributedEpochSampler and world is TWO:
-        assert (sampler.rank, sampler.world_size, sampler.seed, sampler.even) == (1, 2, 4, "pad")
+        assert (sampler.rank, sampler.world_size, sampler.seed, sampler.equal_steps) == (
+            1,
+            2,
+            4,
+            "pad",
+        )
 
 
 def test_sampler_choice_for_a_rank_sharded_dataset():

@@ -2,14 +2,14 @@
 
 Sampler choice (when the user gives no ``sampler`` / ``batch_sampler``):
 
-========================  ===========================================  =========================
-dataset                   train                                        validation
-========================  ===========================================  =========================
-rank-sharded              ``dataset.make_sampler(seed, shuffle)``      its local shard, no pad
-                          (equal steps on every rank)
-other, under DDP          ``DistributedEpochSampler(even="pad")``      ``ShardSampler`` (no pad)
-other, one process        ``DistributedEpochSampler`` (world of one)   ``EpochShuffleSampler``
-========================  ===========================================  =========================
+==================  ==============================================  =========================
+dataset             train                                           validation
+==================  ==============================================  =========================
+rank-sharded        ``dataset.make_sampler(seed, shuffle)``         its local shard, no pad
+                    (equal steps on every rank)
+other, under DDP    ``DistributedEpochSampler(equal_steps="pad")``  ``ShardSampler`` (no pad)
+other, one process  ``DistributedEpochSampler`` (world of one)      ``EpochShuffleSampler``
+==================  ==============================================  =========================
 
 All of them are stateful, so a checkpoint taken mid-epoch resumes exactly. The train sampler of
 global data is a ``DistributedEpochSampler`` on any number of processes (on one it yields the
@@ -110,7 +110,7 @@ def choose_sampler(dataset: Any, shuffle: bool, *, role: Role, world: World, see
     if role == "train":  # on any world: its state resumes on any other (elastic resume)
         return DistributedEpochSampler(
             len(dataset), seed=seed, shuffle=shuffle, rank=world.rank,
-            world_size=world.world_size, even="pad",
+            world_size=world.world_size, equal_steps="pad",
         )  # fmt: skip
     if world.is_distributed:
         return ShardSampler(len(dataset), world)

@@ -24,7 +24,6 @@ from .._io.file.source import FileOptions, LockingMode
 from .._io.indices import IndexArray, as_index_array, normalize_index
 from .._io.process import PerProcess
 from .._validate import (
-    check_choice,
     check_count,
     check_loader_options,
     check_positive_int,
@@ -39,7 +38,8 @@ from ._combined.index import build_index
 from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
 from ._samples.split import split_batch
 from .loader import batched_loader
-from .samplers import DistributedEpochSampler, EvenMode
+from .samplers import DistributedEpochSampler
+from .samplers.shards import EvenMode, equal_steps_option
 
 __all__ = ["CombinedHDF5Dataset", "create_optimized_dataloader"]
 
@@ -375,12 +375,13 @@ def create_optimized_dataloader(
     shuffle: bool = True,
     seed: int = 0,
     drop_last: bool = False,
-    even: EvenMode = "pad",
+    equal_steps: EvenMode = "pad",
     pin_memory: bool | None = None,
     persistent_workers: bool | None = None,
     prefetch_factor: int | None = None,
     multiprocessing_context: Any = None,
     timeout: float = 0.0,
+    even: EvenMode | None = None,
     **dataset_kwargs: Any,
 ) -> DataLoader[Any]:
     """Return a DataLoader of stacked batches from ``CombinedHDF5Dataset(hdf5_files, ...)``.
@@ -390,10 +391,10 @@ def create_optimized_dataloader(
     ``loader.sampler.set_epoch(epoch)`` before each epoch to reshuffle. Per epoch, with ``N``
     samples and ``W`` ranks:
 
-    * ``even="pad"`` (default): every rank gets ``ceil(N / W)`` samples. Together they cover
+    * ``equal_steps="pad"`` (default): every rank gets ``ceil(N / W)`` samples. Together they cover
       all ``N``; the ``ceil(N / W) * W - N <= W - 1`` extra places repeat the first samples of
       the epoch's permutation once each (the only overlap between ranks).
-    * ``even="drop"``: every rank gets ``floor(N / W)`` samples, pairwise disjoint; the last
+    * ``equal_steps="drop"``: every rank gets ``floor(N / W)`` samples, pairwise disjoint; the last
       ``N mod W`` samples of the permutation (different ones each epoch) are skipped.
 
     Every rank therefore runs the same number of batches. Batches are read whole by the dataset
@@ -410,13 +411,14 @@ def create_optimized_dataloader(
         shuffle: Shuffle anew each epoch (False keeps file order, still dealt round-robin).
         seed: Shuffle seed, the same on every rank.
         drop_last: Drop each rank's last incomplete batch.
-        even: ``"pad"`` or ``"drop"`` (see above).
+        equal_steps: ``"pad"`` or ``"drop"`` (see above).
         pin_memory: Pin batches for CUDA (default: when CUDA is available; without CUDA,
             True is a no-op, logged once).
         persistent_workers: Keep workers between epochs (default: when ``num_workers > 0``).
         prefetch_factor: Batches prefetched per worker (only with workers; torch's default 2).
         multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None.
         timeout: Seconds to wait for a batch from a worker (0: forever).
+        even: The old name of ``equal_steps`` (still accepted; a ``DeprecationWarning``).
         **dataset_kwargs: Any ``CombinedHDF5Dataset`` argument except ``paths`` and
             ``pin_memory`` (``load_fields``, filters, ``cache_size``, ``dtype``, …).
 
@@ -426,7 +428,7 @@ def create_optimized_dataloader(
     """
     check_dataset_kwargs(dataset_kwargs, CombinedHDF5Dataset, create_optimized_dataloader)
     check_positive_int("batch_size", batch_size)
-    check_choice("even", even, ("pad", "drop"))
+    equal_steps = equal_steps_option(equal_steps, even, "create_optimized_dataloader")
     world = World.detect(rank=rank, world_size=world_size)  # fail before reading any file
     workers = choose_workers(num_workers, world.world_size)
     options = loader_options(workers, pin_memory, persistent_workers, prefetch_factor)
@@ -446,7 +448,7 @@ def create_optimized_dataloader(
         shuffle=shuffle,
         rank=world.rank,
         world_size=world.world_size,
-        even=even,
+        equal_steps=equal_steps,
     )
     return batched_loader(dataset, batch_size, sampler=sampler, drop_last=drop_last, **options)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +44,16 @@ from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_
 from ._samples.batch_ring import worker_batch
 from ._samples.shared_memory import in_worker_process
 from ._samples.split import restack, split_samples
-from .samplers import EpochShuffleSampler, _balanced_contiguous_shard, _interleaved_indices
-from .shard_sampler import ShardEpochSampler
+from .samplers import EpochShuffleSampler, ShardEpochSampler
+from .samplers.shards import (
+    EQUAL_STEPS,
+    SHARD_MODES,
+    EqualSteps,
+    ShardMode,
+    _balanced_contiguous_shard,
+    _interleaved_indices,
+    steps_per_rank,
+)
 
 __all__ = [
     "EpochShuffleSampler",
@@ -54,12 +62,7 @@ __all__ = [
     "_interleaved_indices",
 ]
 
-ShardMode = Literal["contiguous", "interleave"]
-EqualSteps = Literal["pad", "drop"] | None
 Sample = torch.Tensor | tuple[Any, Any]
-
-_MODES: tuple[ShardMode, ...] = ("contiguous", "interleave")
-_EQUAL_STEPS: tuple[EqualSteps, ...] = ("pad", "drop", None)
 
 
 class RankMemCachedH5Dataset(Dataset[Sample]):
@@ -181,8 +184,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
                 f"cache_device={cache_device!r} keeps it on the device, served by this process; "
                 "pass one of them"
             )
-        self.mode: ShardMode = check_choice("mode", mode, _MODES)
-        self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, _EQUAL_STEPS)
+        self.mode: ShardMode = check_choice("mode", mode, SHARD_MODES)
+        self.equal_steps: EqualSteps = check_choice("equal_steps", equal_steps, EQUAL_STEPS)
         check_key("x_key", x_key, optional=False)
         check_key("y_key", y_key, optional=True)
         _check_options(
@@ -312,12 +315,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
     @property
     def samples_per_rank(self) -> int:
         """Samples every rank iterates per epoch under ``equal_steps`` (``len(self)``)."""
-        world = self.world.world_size
-        if self.equal_steps == "pad":
-            return -(-self.total // world)
-        if self.equal_steps == "drop":
-            return self.total // world
-        return self.shard_size
+        return steps_per_rank(self.total, self.world.world_size, self.equal_steps, self.shard_size)
 
     @property
     def num_padded(self) -> int:

@@ -17,30 +17,20 @@ the data, and replaying it costs one pass over the order per phase.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..._validate import check_non_negative_int, check_positive_int
+from .shards import wrap
 
-__all__ = ["Phase", "PositionsFn", "check_phases", "per_rank", "remaining_after", "wrap"]
+__all__ = ["Phase", "PositionsFn", "check_phases", "remaining_after"]
 
 Phase = tuple[int, ...]
 #: ``(remaining order, phase index, world_size, rank, options) -> positions into that order``
 Positions = npt.NDArray[np.int64]
 PositionsFn = Callable[[Positions, int, int, int, tuple[int, ...]], Positions]
-
-
-def per_rank(n: int, world_size: int, even: Literal["pad", "drop"]) -> int:
-    """Positions each of ``world_size`` ranks takes from ``n``: pad up, or drop the rest."""
-    whole, rest = divmod(n, world_size)
-    return whole + (1 if even == "pad" and rest else 0)
-
-
-def wrap(positions: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
-    """``positions`` past ``n`` wrapped to the start (the pad repeats the order's first items)."""
-    return positions % n if n else positions
 
 
 def remaining_after(

@@ -1,4 +1,4 @@
-"""Shard math and epoch samplers: index order as a pure function of (seed, epoch, rank, sizes).
+"""Epoch samplers: index order as a pure function of (seed, epoch, rank, sizes).
 
 Every sampler here:
 
@@ -23,7 +23,7 @@ the splitting ones then hand accelerate the whole epoch (the same order on every
 move to the next epoch on each new pass, while an ``EpochShuffleSampler`` over a rank-sharded
 dataset refuses (a shard cannot be split again without losing samples). accelerate's
 ``use_seedable_sampler=True`` and ``dispatch_batches=True`` split without a generator; the
-samplers find that out at the first ``set_epoch`` or pass (``_samplers/frameworks.py``) and then
+samplers find that out at the first ``set_epoch`` or pass (``samplers/frameworks.py``) and then
 refuse as well when they split across ranks themselves (``len(loader)`` read before would have
 been wrong); an ``EpochShuffleSampler`` over a dataset of every row is exact under all three.
 
@@ -36,53 +36,27 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
 from torch.utils.data import DistributedSampler
 
-from .._validate import check_choice, check_count, check_int, check_non_negative_int, check_seed
-from ..distributed import World
-from ._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
-from ._samplers.elastic import Phase, check_phases, per_rank, remaining_after, wrap
-from ._samplers.frameworks import accelerate_splits
-from ._sharding import shard_world_of_length
+from ..._validate import check_count, check_int, check_non_negative_int, check_seed
+from ...distributed import World
+from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
+from .._sharding import shard_world_of_length
+from .elastic import Phase, check_phases, remaining_after
+from .frameworks import accelerate_splits
+from .shards import EvenMode, equal_steps_option, fit_length, steps_per_rank, wrap
 
 __all__ = [
     "DistributedEpochSampler",
     "EpochShuffleSampler",
     "ShardSampler",
-    "_balanced_contiguous_shard",
-    "_interleaved_indices",
     "epoch_permutation",
 ]
-
-EvenMode = Literal["pad", "drop"]
-_EVEN_MODES: tuple[EvenMode, ...] = ("pad", "drop")
-
-
-def _check_world(total: int, world_size: int, rank: int) -> None:
-    check_count("total", total)
-    World(rank=check_int("rank", rank), world_size=check_int("world_size", world_size))
-
-
-def _balanced_contiguous_shard(total: int, world_size: int, rank: int) -> tuple[int, int]:
-    """Return ``(start, end)`` of rank's contiguous shard of ``range(total)``.
-
-    Shard sizes differ by at most one; the first ``total % world_size`` ranks get one more.
-    """
-    _check_world(total, world_size, rank)
-    base, extra = divmod(total, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
-
-
-def _interleaved_indices(total: int, world_size: int, rank: int) -> npt.NDArray[np.int64]:
-    """Return rank's interleaved shard ``rank, rank + world_size, …`` of ``range(total)``."""
-    _check_world(total, world_size, rank)
-    return np.arange(rank, total, world_size, dtype=np.int64)
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
@@ -95,15 +69,6 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
     n, seed, epoch = check_count("n", n), check_seed("seed", seed), check_seed("epoch", epoch)
     rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
     return rng.permutation(n).astype(np.int64, copy=False)
-
-
-def _fit_length(order: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.int64]:
-    """Return ``order`` cut to ``n`` entries, or repeated cyclically up to ``n`` (padding)."""
-    if n <= len(order):
-        return order[:n]
-    if len(order) == 0:
-        raise ValueError(f"cannot pad an empty order to {n} samples: there is nothing to repeat")
-    return np.resize(order, n)
 
 
 class _EpochSampler(DistributedSampler[int]):
@@ -133,7 +98,7 @@ class _EpochSampler(DistributedSampler[int]):
         self._consumed = 0
         self._resume_from = 0
         self._resuming = False
-        self._phases: list[Phase] = []  # earlier phases of this epoch (see _samplers/elastic.py)
+        self._phases: list[Phase] = []  # earlier phases of this epoch (see samplers/elastic.py)
         self._last_pass_epoch: int | None = None
         self._epoch_set = False
         self._warned = False
@@ -192,7 +157,7 @@ class _EpochSampler(DistributedSampler[int]):
         self._split_by = by
 
     def _notice_silent_split(self) -> None:
-        """Notice accelerate splitting without installing a generator (``_samplers/frameworks``)."""
+        """Notice accelerate splitting without installing a generator (``samplers/frameworks``)."""
         if self._split_by is None and accelerate_splits(self):
             self._split_silently("accelerate")
 
@@ -297,7 +262,7 @@ class _EpochSampler(DistributedSampler[int]):
         saved by a sampler that split the epoch otherwise (another world size: a state saved on
         any rank of N processes, loaded on every rank of M) resumes *elastically*: the positions
         every saving rank had consumed become a finished phase, and this world splits the rest
-        of the epoch (see ``_samplers/elastic.py``).
+        of the epoch (see ``samplers/elastic.py``).
 
         Raises:
             KeyError / ValueError: keys are missing or unknown, or the sizes differ from this
@@ -516,7 +481,7 @@ class EpochShuffleSampler(_EpochSampler):
         super()._split_externally(by)
 
     def _order(self) -> npt.NDArray[np.int64]:
-        return _fit_length(self._epoch_order(self.data_len), self.num_samples)
+        return fit_length(self._epoch_order(self.data_len), self.num_samples)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -532,7 +497,7 @@ class DistributedEpochSampler(_EpochSampler):
     """Splits one global dataset across ranks: disjoint parts, equal counts, new order per epoch.
 
     Each epoch draws one global permutation (the same on every rank and every world size),
-    makes its length a multiple of ``world_size`` (``even="pad"`` repeats samples from its
+    makes its length a multiple of ``world_size`` (``equal_steps="pad"`` repeats samples from its
     start, ``"drop"`` cuts the tail), and gives rank ``r`` the positions ``r, r + world_size,
     …``: one sample of each global step of ``world_size``. Every rank yields the same number of
     indices, so DDP ranks run the same number of steps.
@@ -540,7 +505,7 @@ class DistributedEpochSampler(_EpochSampler):
     The state holds no rank: a state saved on any rank loads on every rank. Loaded on another
     ``world_size``, it resumes elastically: the rest of the epoch (every position no saving
     rank consumed, in the permutation's order) is split among the new ranks the same way,
-    padded or cut by fewer than ``world_size`` (see ``_samplers/elastic.py`` and docs/samplers.md).
+    padded or cut by fewer than ``world_size`` (see ``samplers/elastic.py`` and docs/samplers.md).
 
     Args:
         data_len: Samples in the global dataset.
@@ -548,8 +513,9 @@ class DistributedEpochSampler(_EpochSampler):
         shuffle: False keeps file order (still interleaved across ranks).
         rank: This rank (detected with ``World.detect`` when None).
         world_size: Number of ranks (detected when None).
-        even: ``"pad"`` (every sample at least once per epoch; ``num_padded`` repeats) or
-            ``"drop"`` (no repeats; ``num_dropped`` samples skipped per epoch).
+        equal_steps: ``"pad"`` (every sample at least once per epoch; ``num_padded``
+            repeats) or ``"drop"`` (no repeats; ``num_dropped`` samples skipped per epoch).
+        even: The old name of ``equal_steps`` (still accepted; a ``DeprecationWarning``).
     """
 
     _state_sizes: tuple[str, ...] = ("data_len",)
@@ -563,11 +529,12 @@ class DistributedEpochSampler(_EpochSampler):
         shuffle: bool = True,
         rank: int | None = None,
         world_size: int | None = None,
-        even: EvenMode = "pad",
+        equal_steps: EvenMode = "pad",
+        even: EvenMode | None = None,
     ) -> None:
         super().__init__(seed, shuffle, rank=rank, world_size=world_size)
         self.data_len = check_count("data_len", data_len)
-        self.even: EvenMode = check_choice("even", even, _EVEN_MODES)
+        self.equal_steps: EvenMode = equal_steps_option(equal_steps, even, type(self).__name__)
         self._remaining_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
     @property
@@ -619,7 +586,7 @@ class DistributedEpochSampler(_EpochSampler):
 
     @property
     def _per_rank(self) -> int:
-        return per_rank(self._left, self._layout()[1], self.even)
+        return steps_per_rank(self._left, self._layout()[1], self.equal_steps)
 
     def _base_order(self) -> npt.NDArray[np.int64]:
         """The epoch's order of the whole dataset: a function of seed, epoch and data only."""
@@ -645,9 +612,9 @@ class DistributedEpochSampler(_EpochSampler):
         """Rank's positions in ``order`` for one phase: ``rank, rank + world_size, …``.
 
         Each global step of ``world_size`` positions gives one to every rank; the last step
-        pads (positions past the end wrap to the start) or is dropped, per ``even``.
+        pads (positions past the end wrap to the start) or is dropped, per ``equal_steps``.
         """
-        count = per_rank(len(order), world_size, self.even)
+        count = steps_per_rank(len(order), world_size, self.equal_steps)
         return np.arange(rank, count * world_size, world_size, dtype=np.int64)
 
     def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
@@ -658,7 +625,7 @@ class DistributedEpochSampler(_EpochSampler):
         if rebased:  # the saving world's phase must hold what it says it consumed
             *earlier, (world, _, *_) = phases
             left = remaining_after(self._base_order_of(state), earlier, self._positions)
-            limit = per_rank(len(left), world, self.even)
+            limit = steps_per_rank(len(left), world, self.equal_steps)
             if consumed > limit:
                 raise ValueError(
                     f"consumed={consumed} exceeds the epoch length {limit} of the "
@@ -686,8 +653,13 @@ class DistributedEpochSampler(_EpochSampler):
 
     @property
     def drop_last(self) -> bool:  # type: ignore[override]  # read-only: follows from the sizes
-        """True with ``even="drop"``."""
-        return self.even == "drop"
+        """True with ``equal_steps="drop"``."""
+        return self.equal_steps == "drop"
+
+    @property
+    def even(self) -> EvenMode:
+        """The old name of ``equal_steps`` (read-only)."""
+        return self.equal_steps
 
     @property
     def num_padded(self) -> int:
@@ -713,7 +685,7 @@ class DistributedEpochSampler(_EpochSampler):
         return (
             f"DistributedEpochSampler(data_len={self.data_len}, rank={self.rank}, "
             f"world_size={self.world_size}, seed={self.seed}, shuffle={self.shuffle}, "
-            f"epoch={self.epoch}, even={self.even!r}, per_rank={self._per_rank})"
+            f"epoch={self.epoch}, equal_steps={self.equal_steps!r}, per_rank={self._per_rank})"
         )
 
 

@@ -1,1 +1,0 @@
-"""The samplers' internals: what an elastic resume leaves to split (``elastic``)."""
