@@ -16,7 +16,8 @@ from typing import Any
 
 import h5py
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.storage.remote.urls import is_url
 
 from ._inspect.dataset import DatasetReport, FieldReport, dataset_report, unreadable_report

@@ -2,7 +2,8 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler.dataloaders._combined.fields import (
     DEFAULT_FIELDS,
     FieldInfo,

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from nn_handler._io.file.source import FileOptions
+from nn_handler._io.file.options import FileOptions
 from nn_handler.dataloaders._combined.fields import FieldInfo, FileSchema
 from nn_handler.dataloaders._combined.file_pool import FileColumns, FilePool
 

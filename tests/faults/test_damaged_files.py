@@ -19,7 +19,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from nn_handler._io.file import source as source_module
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     CombinedHDF5Dataset,

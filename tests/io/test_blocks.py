@@ -10,7 +10,8 @@ from nn_handler._io.chunks import codecs
 from nn_handler._io.chunks.codecs import ChunkPipeline
 from nn_handler._io.chunks.sources import Geometry
 from nn_handler._io.chunks.window import Window
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import H5LazyDataset
 

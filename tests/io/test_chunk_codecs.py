@@ -24,7 +24,8 @@ from nn_handler._io.chunks.codecs import (
 from nn_handler._io.chunks.decoders import Step, inflate_into, unshuffle_into
 from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.errors import CorruptFileError
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 
 hdf5plugin = pytest.importorskip("hdf5plugin")

@@ -16,7 +16,8 @@ from nn_handler._io.chunks.codecs import ChunkDecodeError, pipeline_for
 from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.errors import CorruptFileError
 from nn_handler._io.file.chunk_walk import read_chunk_index
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 
 from helpers.files import h5_rows

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.fields import FieldReader, open_reader
 from nn_handler._io.rows.keys import resolve_key, splits
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, RankMemCachedH5Dataset

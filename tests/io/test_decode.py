@@ -19,7 +19,8 @@ from nn_handler._io.chunks.decoders import (
     unshuffle_into,
 )
 from nn_handler._io.errors import CorruptFileError
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 
 DTYPES = ["<f4", ">f4", "u1", "f2", "c8", "bool", ">i2", "<i8", "S5"]

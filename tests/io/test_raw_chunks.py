@@ -84,7 +84,8 @@ def test_descriptor_is_per_process(make_h5):
 def test_built_from_the_layout_checks_index_without_walking_again(make_h5, monkeypatch):
     from nn_handler._io.file import chunk_walk
     from nn_handler._io.file.layout import inspect_layout
-    from nn_handler._io.file.source import FileOptions, H5Source
+    from nn_handler._io.file.options import FileOptions
+    from nn_handler._io.file.source import H5Source
 
     path = make_h5({"x": (images(61), "gzip-shuffle")})
     source = H5Source(str(path), FileOptions())

@@ -15,7 +15,8 @@ from nn_handler._io.chunks.shuffle import (
     framed_fits,
     unshuffle_planes,
 )
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 
 # not skipped when imagecodecs is there but its c-blosc fails the check: those tests then fail

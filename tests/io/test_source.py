@@ -6,12 +6,8 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler._io.file.source import (
-    FileOptions,
-    H5Source,
-    close_inherited_sources,
-    dataset_keys,
-)
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source, close_inherited_sources, dataset_keys
 
 from helpers.files import images
 from helpers.process import as_if_forked

@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader
 
 from nn_handler._io.chunks.engine import whole_runs
 from nn_handler._io.chunks.sources import TableChunks
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders._rank_cache import preload as _preload
 from nn_handler.dataloaders._rank_cache.preload import preload_rows, window_rows, windows

@@ -90,6 +90,7 @@ def test_seed_signature():
         "storage_options": None,  # a URL's filesystem options (docs/remote.md)
         "cache_dir": None,
         "cache_limit": None,
+        "file_options": None,  # all of the file options as one FileOptions
     }
 
 

@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.formats.sparse_csr import ensure_csr_sidecar, sidecar_path
 from nn_handler._io.formats.sparse_layout import detect_layout
 from nn_handler.dataloaders import H5SparseDataset

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders._sparse.gather import gather_ranges, plan_pieces
 

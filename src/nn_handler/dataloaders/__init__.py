@@ -14,6 +14,7 @@ from .._io.errors import (
     RemoteAccessError,
     RemoteReadError,
 )
+from .._io.file.options import FileOptions
 from ._protocols import (
     STATE_CONSUMED,
     STATE_EPOCH,
@@ -67,6 +68,7 @@ __all__ = [
     "EpochShuffleSampler",
     "ExternalDataError",
     "FileChangedError",
+    "FileOptions",
     "H5LazyDataset",
     "H5SampleDataset",
     "H5SparseDataset",

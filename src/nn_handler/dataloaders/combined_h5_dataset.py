@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from .._io.file.source import FileOptions, LockingMode
+from .._io.file.options import FileOptions, LockingMode, resolve_file_options
 from .._io.indices import IndexArray, as_index_array, normalize_index
 from .._io.process import PerProcess
 from .._validate import (
@@ -131,23 +131,14 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             ``allowed_guids``, where str ids are compared as UTF-8). With ``"utf-8"``, an id
             that is not valid UTF-8 raises ``DataFileError`` naming the file, row and bytes.
         max_open_files: Files open at once per process (least recently used closed first).
-        rdcc_nbytes: HDF5 chunk cache per open dataset, in bytes.
-        rdcc_nslots: Hash slots of the chunk cache.
-        rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
-            are opened plainly, which refuses truncated or corrupt files at once).
-        locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
-        allow_external_files: Read data that lives in files outside the data file's
-            directory (external links, external storage, virtual-dataset sources). Off by
-            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
-            any readable file, e.g. ``/etc/passwd``, as samples).
-        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
-            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
-            xarray take them; None: credentials from the environment (``docs/remote.md``).
-        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
-            node, that caches the objects' bytes; None: nothing is written to disk.
-        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
-            recently used first); None: no cap.
+        file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
+            locking, external files, and for URLs the fsspec options and a node-local cache; every
+            field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
+            ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
+            ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
+            set to other than its default must agree with ``file_options`` when both are given. The
+            chunk cache is smaller here by default (16 MiB and 10,007 slots per open dataset), as
+            many files are open at once.
 
     Raises:
         ValueError: no paths, a path twice, ``epoch_min > epoch_max``, ``label`` outside the
@@ -197,6 +188,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        file_options: FileOptions | None = None,
     ) -> None:
         self.dtype = check_float_dtype(dtype)
         self.cache_size = check_count("cache_size", cache_size)
@@ -218,17 +210,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         keys = with_field_keys(resolve_field_names(field_names), fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
-        options = FileOptions(
-            rdcc_nbytes,
-            rdcc_nslots,
-            rdcc_w0,
-            swmr,
-            locking,
-            allow_external_files,
-            storage_options=storage_options,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
+        options = resolve_file_options(file_options, CombinedHDF5Dataset.__init__, locals())
         self._pool = FilePool(paths, options, keys, max_open_files)
         try:
             self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .._io.file.source import FileOptions, H5Source, LockingMode, close_inherited_sources
+from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.source import H5Source, close_inherited_sources
 from .._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
 from .._io.indices import is_scalar_index
 from .._io.rows.fields import Reader, open_reader, row_reader
@@ -60,24 +61,12 @@ class H5LazyDataset(Dataset[Sample]):
         y_dtype: NumPy dtype to cast targets to, or None to keep the stored dtype.
         transform: Callable applied to each input tensor after the cast.
         target_transform: Callable applied to each target tensor after the cast.
-        rdcc_nbytes: HDF5 chunk-cache size per dataset, in bytes.
-        rdcc_nslots: Hash slots of the chunk cache.
-        rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
-            are opened plainly, which refuses truncated or corrupt files at once).
-        locking: h5py file locking: ``"best-effort"`` (default; works on NFS/Lustre),
-            ``True``, ``False`` or ``None`` (HDF5's default).
-        allow_external_files: Read data that lives in files outside the data file's
-            directory (external links, external storage, virtual-dataset sources). Off by
-            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
-            any readable file, e.g. ``/etc/passwd``, as samples).
-        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
-            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
-            xarray take them; None: credentials from the environment (``docs/remote.md``).
-        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
-            node, that caches the objects' bytes; None: nothing is written to disk.
-        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
-            recently used first); None: no cap.
+        file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
+            locking, external files, and for URLs the fsspec options and a node-local cache; every
+            field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
+            ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
+            ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
+            set to other than its default must agree with ``file_options`` when both are given.
         classes: For string targets: the class names in index order (``["cat", "dog"]``), or
             ``"auto"`` for every stored label, sorted (read once, at construction). Targets
             are then ``int64`` class indices, ready for ``CrossEntropyLoss``.
@@ -131,6 +120,7 @@ class H5LazyDataset(Dataset[Sample]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        file_options: FileOptions | None = None,
         classes: Sequence[str] | str | None = None,
         label_map: Mapping[str, int] | None = None,
         label_encoding: str = "utf-8",
@@ -144,17 +134,7 @@ class H5LazyDataset(Dataset[Sample]):
         self.transform = transform
         self.target_transform = target_transform
         self.label_encoding = check_encoding(ENCODING_ARG, label_encoding)
-        options = FileOptions(
-            rdcc_nbytes,
-            rdcc_nslots,
-            rdcc_w0,
-            swmr,
-            locking,
-            allow_external_files,
-            storage_options=storage_options,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
+        options = resolve_file_options(file_options, H5LazyDataset.__init__, locals())
         self._source = H5Source(path, options)
         try:
             self._build_readers(x_key, y_key, classes, label_map)

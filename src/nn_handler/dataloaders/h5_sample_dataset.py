@@ -17,8 +17,9 @@ import torch
 from torch.utils.data import Dataset
 
 from .._io.errors import DataFileError
+from .._io.file.options import FileOptions, LockingMode, resolve_file_options
 from .._io.file.paths import check_paths
-from .._io.file.source import FileOptions, H5Source, LockingMode
+from .._io.file.source import H5Source
 from .._io.formats.attrs import LabelReader
 from .._io.formats.members import open_dataset_id
 from .._io.formats.whole import SampleReader
@@ -57,20 +58,12 @@ class H5SampleDataset(Dataset[Sample]):
             it while the file's size and mtime and ``group`` / ``pattern`` are unchanged. A
             directory that cannot be written just means no sidecar (one log line); a URL has
             none.
-        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
-            are opened plainly, which refuses truncated or corrupt files at once).
-        locking: h5py file locking: ``"best-effort"`` (default), ``True``, ``False`` or None.
-        allow_external_files: Read data that lives in files outside the data file's
-            directory (external links, external storage, virtual-dataset sources). Off by
-            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
-            any readable file, e.g. ``/etc/passwd``, as samples).
-        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
-            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
-            xarray take them; None: credentials from the environment (``docs/remote.md``).
-        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
-            node, that caches the objects' bytes; None: nothing is written to disk.
-        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
-            recently used first); None: no cap.
+        file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
+            locking, external files, and for URLs the fsspec options and a node-local cache; every
+            field is documented there). Its fields ``swmr``, ``locking``, ``allow_external_files``,
+            ``storage_options``, ``cache_dir``, ``cache_limit`` are also keywords of their own here,
+            as the seeds name them; a keyword set to other than its default must agree with
+            ``file_options`` when both are given.
 
     Members of ``group`` that are not datasets (sub-groups, named types, dangling links) are
     skipped; ``skipped`` counts them and a warning is logged with their names.
@@ -111,6 +104,7 @@ class H5SampleDataset(Dataset[Sample]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        file_options: FileOptions | None = None,
     ) -> None:
         self._paths = tuple(check_paths(paths))
         self._group = _check_group(group)
@@ -123,14 +117,7 @@ class H5SampleDataset(Dataset[Sample]):
         self.transform = transform
         if not isinstance(sidecar, bool):
             raise TypeError(f"sidecar must be True or False, got {sidecar!r}")
-        options = FileOptions(
-            swmr=swmr,
-            locking=locking,
-            allow_external_files=allow_external_files,
-            storage_options=storage_options,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
+        options = resolve_file_options(file_options, H5SampleDataset.__init__, locals())
         self._sources = [H5Source(p, options) for p in self._paths]
         try:
             result = index_files(self._sources, self._group, self._pattern, self._limit, sidecar)

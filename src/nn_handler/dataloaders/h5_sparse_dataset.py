@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .._io.file.options import FileOptions, LockingMode, resolve_file_options
 from .._io.file.paths import check_paths
-from .._io.file.source import FileOptions, LockingMode
 from .._io.file.strings import check_encoding
 from .._io.formats.sparse_labels import merge_labels
 from .._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
@@ -68,20 +68,15 @@ class H5SparseDataset(Dataset[Any]):
             into a CSR copy next to the file, reused while the file is unchanged) or
             ``"direct"`` (every batch scans all columns: small files only).
         sidecar_dir: Folder for CSR copies (default: next to each file).
-        rdcc_nbytes: Chunk-cache size per dataset in bytes (also the decoded-chunk cache).
-        rdcc_nslots: Hash slots of HDF5's chunk cache.
-        rdcc_w0: HDF5's chunk preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode where possible. Off by default (unlike the dense
-            datasets): AnnData / 10x files are written once, and anndata or scanpy often hold
-            the same file open in backed mode, which refuses a SWMR open in that process.
-        locking: h5py file locking (``"best-effort"``, ``True``, ``False`` or ``None``).
-        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
-            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
-            xarray take them; None: credentials from the environment (``docs/remote.md``).
-        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
-            node, that caches the objects' bytes; None: nothing is written to disk.
-        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
-            recently used first); None: no cap.
+        file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
+            locking, external files, and for URLs the fsspec options and a node-local cache; every
+            field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
+            ``swmr``, ``locking``, ``storage_options``, ``cache_dir``, ``cache_limit`` are also
+            keywords of their own here, as the seeds name them; a keyword set to other than its
+            default must agree with ``file_options`` when both are given. ``rdcc_nbytes`` also sizes
+            the decoded-chunk cache. ``swmr`` is off by default here (unlike the dense datasets):
+            AnnData / 10x files are written once, and anndata or scanpy often hold the same file
+            open in backed mode, which refuses a SWMR open in that process.
         label_encoding: How stored strings (string labels and column names) are decoded:
             ``"utf-8"`` (what anndata and h5py write), any Python text codec (``"latin-1"``
             decodes every byte string), or ``"bytes"`` for label categories as the stored
@@ -125,6 +120,7 @@ class H5SparseDataset(Dataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        file_options: FileOptions | None = None,
         label_encoding: str = "utf-8",
     ) -> None:
         check_key("group", group, optional=True)
@@ -133,16 +129,7 @@ class H5SparseDataset(Dataset[Any]):
         self.output: Output = check_choice("output", output, _OUTPUTS)
         self.dtype = _value_dtype(dtype)
         strings = (check_encoding(ENCODING_ARG, label_encoding), ENCODING_ARG)
-        options = FileOptions(
-            rdcc_nbytes,
-            rdcc_nslots,
-            rdcc_w0,
-            swmr,
-            locking,
-            storage_options=storage_options,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
+        options = resolve_file_options(file_options, H5SparseDataset.__init__, locals())
         wanted = check_columns_arg(columns)
         mode = check_choice("csc", csc, _CSC_MODES)
         folder = None if sidecar_dir is None else os.fspath(sidecar_dir)

@@ -28,7 +28,8 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from .._devices import check_device
-from .._io.file.source import FileOptions, H5Source, LockingMode
+from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.source import H5Source
 from .._io.indices import as_index_array, is_scalar_index, normalize_index
 from .._validate import (
     check_callable,
@@ -103,32 +104,22 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             effect.
         share_memory: Allocate the cache in shared memory (``/dev/shm``) from the start, so
             DataLoader workers started with spawn or forkserver map it instead of copying.
-        rdcc_nbytes: HDF5 chunk-cache size used while preloading.
-        rdcc_nslots: Hash slots of the chunk cache.
-        rdcc_w0: Chunk-cache preemption policy in ``[0, 1]``.
-        swmr: Open in SWMR read mode when a SWMR writer holds the file (other files
-            are opened plainly, which refuses truncated or corrupt files at once).
+        file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
+            locking, external files, and for URLs the fsspec options and a node-local cache; every
+            field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
+            ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
+            ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
+            set to other than its default must agree with ``file_options`` when both are given. The
+            chunk cache serves the preload only.
         log_fn: Receives the log lines (load size, time and speed; single-process notice).
         rank: This process's rank; detected (``torch.distributed``, then ``RANK``) when None.
         world_size: Number of ranks; detected (``torch.distributed``, then ``WORLD_SIZE``)
             when None, 1 when nothing is found.
-        locking: h5py file locking (``"best-effort"`` works on NFS/Lustre).
         equal_steps: ``"pad"``, ``"drop"`` or None: see above.
         cache_device: Keep the cache on this device (e.g. ``"cuda"``) after the preload, so
             batches are gathered there (one ``index_select`` on the device, no host copy).
             Serve it from the main process (``num_workers=0``); incompatible with
             ``share_memory``. None (default) keeps it in host RAM.
-        allow_external_files: Read data that lives in files outside the data file's
-            directory (external links, external storage, virtual-dataset sources). Off by
-            default: such a dataset raises ``ExternalDataError`` (a hostile file could serve
-            any readable file, e.g. ``/etc/passwd``, as samples).
-        storage_options: For URLs (``s3://``, ``gs://``, ``az://``, ``https://``, any fsspec
-            URL): options of the fsspec filesystem (credentials, endpoint), as pandas and
-            xarray take them; None: credentials from the environment (``docs/remote.md``).
-        cache_dir: For URLs: a node-local directory, shared by every rank and worker on the
-            node, that caches the objects' bytes; None: nothing is written to disk.
-        cache_limit: Most bytes ``cache_dir`` may hold (objects not in use are evicted, least
-            recently used first); None: no cap.
 
     Raises:
         FileNotFoundError / OSError: the file is missing or not HDF5.
@@ -176,6 +167,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        file_options: FileOptions | None = None,
     ) -> None:
         device = None if cache_device is None else check_device("cache_device", cache_device)
         if device is not None and device.type != "cpu" and share_memory:
@@ -195,17 +187,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.transform, self.target_transform = transform, target_transform
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
-        options = FileOptions(
-            rdcc_nbytes,
-            rdcc_nslots,
-            rdcc_w0,
-            swmr,
-            locking,
-            allow_external_files,
-            storage_options=storage_options,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
+        options = resolve_file_options(file_options, RankMemCachedH5Dataset.__init__, locals())
         source = H5Source(path, options)
         self.path = source.path
         try:

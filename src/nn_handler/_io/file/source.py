@@ -15,18 +15,12 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import h5py
 
 from ..._validate import (
-    check_choice,
-    check_count,
-    check_int_at_most,
-    check_non_negative_int,
-    check_probability,
     format_names,
 )
 from ..errors import (
@@ -41,95 +35,20 @@ from ..storage.byte_source import ByteSource, LocalFile
 from ..storage.identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
 from ..storage.remote.file_object import SourceFile
 from ..storage.remote.urls import is_url
+from .options import FileOptions
 
 __all__ = [
-    "FileOptions",
     "H5Source",
-    "LockingMode",
     "close_inherited_sources",
     "dataset_keys",
     "load_plugins",
 ]
 
-LockingMode = bool | Literal["best-effort"] | None
-
-_LOCKING_CHOICES: tuple[LockingMode, ...] = (True, False, "best-effort", None)
 # Sources with an open handle in some process; h5_worker_init_fn walks it in a new worker.
 _OPEN_SOURCES: weakref.WeakSet[H5Source] = weakref.WeakSet()
 _PLUGINS = {"loaded": False}
-# h5py hands the chunk-cache sizes to HDF5 as a C size_t (bytes) and a C int (slots); a larger
-# value would fail as a bare OverflowError at the first open, far from the argument
-_MAX_RDCC_NBYTES = 2**64 - 1
-_MAX_RDCC_NSLOTS = 2**31 - 1
-_HDF5_CACHE = "HDF5's chunk cache (h5py.File(rdcc_nbytes=, rdcc_nslots=))"
 # what h5py says for a path that does not exist (as opposed to one it cannot read)
 _MISSING = re.compile(r"doesn't exist|does not exist|not found|component not found", re.I)
-
-
-@dataclass(frozen=True)
-class FileOptions:
-    """How a file is opened: HDF5 chunk-cache settings, SWMR and file locking.
-
-    Attributes:
-        rdcc_nbytes: Chunk-cache size in bytes for each dataset opened from the file.
-        rdcc_nslots: Number of hash slots in the chunk cache (a prime well above the number
-            of chunks that fit is best).
-        rdcc_w0: Chunk preemption policy, in ``[0, 1]``.
-        swmr: Open in SWMR read mode when a SWMR writer has the file open. Every file is
-            first opened plainly (read-only), which refuses a truncated or corrupt file at
-            once; only a file whose superblock says a writer holds it is then opened in SWMR
-            mode. ``False``: never SWMR (a file held by a writer fails to open).
-        locking: h5py's ``locking``: ``True``, ``False``, ``"best-effort"`` (lock where
-            the file system supports it; the default, which works on NFS/Lustre), or
-            ``None`` (HDF5's default, which honours ``HDF5_USE_FILE_LOCKING``).
-        allow_external_files: Read datasets whose data lies in other files outside the data
-            file's directory (external links, external storage, virtual-dataset sources).
-            Off by default: a file could otherwise serve ``/etc/passwd`` as samples.
-        storage_options: For a URL (``s3://``, ``gs://``, ``https://``, …): passed to the
-            fsspec filesystem (credentials, endpoint, …), as pandas and xarray take them.
-            None: credentials from the environment.
-        cache_dir: For a URL: a node-local directory that every process on the node shares
-            to cache the object's bytes (see ``docs/remote.md``). None: nothing is written.
-        cache_limit: Most bytes ``cache_dir`` may hold (least recently used objects not in use
-            are evicted). None: no cap.
-    """
-
-    rdcc_nbytes: int = 256 * 1024**2
-    rdcc_nslots: int = 1_000_003
-    rdcc_w0: float = 0.75
-    swmr: bool = True
-    locking: LockingMode = "best-effort"
-    allow_external_files: bool = False
-    storage_options: Mapping[str, Any] | None = field(default=None, hash=False)
-    cache_dir: str | os.PathLike[str] | None = None
-    cache_limit: int | None = None
-
-    def __post_init__(self) -> None:
-        check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
-        check_int_at_most("rdcc_nbytes", self.rdcc_nbytes, _MAX_RDCC_NBYTES, _HDF5_CACHE)
-        check_non_negative_int("rdcc_nslots", self.rdcc_nslots)
-        check_int_at_most("rdcc_nslots", self.rdcc_nslots, _MAX_RDCC_NSLOTS, _HDF5_CACHE)
-        check_probability("rdcc_w0", self.rdcc_w0)
-        if not isinstance(self.swmr, bool):
-            raise TypeError(f"swmr must be True or False, got {self.swmr!r}")
-        if not isinstance(self.allow_external_files, bool):
-            raise TypeError(
-                f"allow_external_files must be True or False, got {self.allow_external_files!r}"
-            )
-        check_choice("locking", self.locking, _LOCKING_CHOICES)
-        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
-            raise TypeError(
-                f"storage_options must be a dict of fsspec options or None, got "
-                f"{self.storage_options!r}"
-            )
-        if self.cache_dir is not None:
-            if not isinstance(self.cache_dir, str | os.PathLike):
-                raise TypeError(
-                    f"cache_dir must be a directory path or None, got {self.cache_dir!r}"
-                )
-            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
-        if self.cache_limit is not None:
-            check_count("cache_limit", self.cache_limit, minimum=1)
 
 
 @dataclass

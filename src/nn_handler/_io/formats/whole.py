@@ -33,7 +33,8 @@ import h5py
 import numpy as np
 
 from ..file.layout import inspect_layout, stored_as_values
-from ..file.source import FileOptions, H5Source
+from ..file.options import FileOptions
+from ..file.source import H5Source
 from ..file.types import TypeMemo
 from ..file.verify import agrees_with_hdf5
 from ..process import PerProcess

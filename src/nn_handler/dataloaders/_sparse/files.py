@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..._io.file.source import FileOptions, H5Source
+from ..._io.file.options import FileOptions
+from ..._io.file.source import H5Source
 from ..._io.formats.sparse_csr import ensure_csr_sidecar
 from ..._io.formats.sparse_labels import LabelColumn, Strings, read_label
 from ..._io.formats.sparse_layout import SparseLayout, detect_layout, names_key, read_names
