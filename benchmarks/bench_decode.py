@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import nn_handler._io.rows.reader as reader_module
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler.bench import machine_line, make_images, suite_layouts, write_layout_file
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,

@@ -43,7 +43,8 @@ import hdf5plugin
 import numpy as np
 
 from nn_handler._io.file.filters import filters_of
-from nn_handler._io.file.source import FileOptions, H5Source
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
