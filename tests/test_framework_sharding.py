@@ -371,7 +371,7 @@ class _Announced(Dataset):
     def plan_window(self, block_rows, blocks) -> None:
         pass
 
-    def prefetch(self, indices) -> None:
+    def read_ahead(self, indices) -> None:
         self.events.append(("prefetch", list(indices)))
 
     def __getitem__(self, index):

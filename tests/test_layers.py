@@ -2,16 +2,16 @@
 
 * Only ``_io`` talks to h5py (the tools that write or inspect files aside).
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
-  no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_samples``).
+  no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_tensors``).
 * Inside ``_io``, ``storage`` (bytes: local files, URLs, versions) is the floor: it knows no
   HDF5 file, chunk engine, rows or formats, and imports no h5py.
 * A private package is imported only inside the package that holds it (``_io`` sits at the
   package root, so the datasets and the tools alike may stand on it).
-* ``_samples`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
+* ``_tensors`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
-  on ``_io`` and ``_samples`` alone, never on another dataset's internals or on a public
+  on ``_io`` and ``_tensors`` alone, never on another dataset's internals or on a public
   module above them.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
@@ -45,7 +45,7 @@ SAMPLERS = (
 INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler._io"
 STORAGE = "nn_handler._io.storage"
-SAMPLES = "nn_handler.dataloaders._samples"
+TENSORS = "nn_handler.dataloaders._tensors"
 
 
 def _module_name(path: Path) -> str:
@@ -150,7 +150,7 @@ def test_private_packages_are_imported_inside_their_holder_only():
     )
     assert offenders == []
     assert _private_holder(f"{IO}.rows.reader") == PKG
-    assert _private_holder(f"{SAMPLES}.tensors") == "nn_handler.dataloaders"
+    assert _private_holder(f"{TENSORS}.tensors") == "nn_handler.dataloaders"
 
 
 def _reach(start: str) -> set[str]:
@@ -184,12 +184,12 @@ def test_no_ctypes_anywhere_in_src():
     assert mentions == []  # importlib.import_module("ctypes"), numpy's arr.ctypes, ...
 
 
-def test_samples_stand_on_io_only():
-    allowed = (SAMPLES, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+def test_tensors_stand_on_io_only():
+    allowed = (TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
-        if _within(m, SAMPLES)
+        if _within(m, TENSORS)
     }
     assert {m: bad for m, bad in offenders.items() if bad} == {}
 
@@ -218,7 +218,7 @@ def test_dataset_internals_stand_on_io_only(internals):
     allowed = (
         package,
         IO,
-        SAMPLES,
+        TENSORS,
         "nn_handler._host",
         "nn_handler._validate",
         "nn_handler.distributed",

@@ -28,7 +28,7 @@ from ._training.config import (
 )
 from ._training.device import resolve_precision
 from ._training.fit import Fit, Record, RunState, evaluate
-from ._training.loaders import build_loader, check_loader_sharding, warn_if_not_sharded
+from ._training.handler_loaders import build_loader, check_loader_sharding, warn_if_not_sharded
 from ._training.persist import load_run, save_run
 from ._training.slots import Slots
 from ._training.step import LossFn, Metric, Trainer

@@ -13,7 +13,7 @@ from nn_handler.dataloaders._combined.batch import (
     to_batch,
 )
 from nn_handler.dataloaders._combined.fields import OutputField
-from nn_handler.dataloaders._samples.split import split_batch
+from nn_handler.dataloaders._tensors.split import split_batch
 
 
 @given(st.lists(st.integers(0, 4), max_size=40))

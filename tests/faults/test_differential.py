@@ -37,7 +37,7 @@ from nn_handler.dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from nn_handler.dataloaders._samples.tensors import to_tensor
+from nn_handler.dataloaders._tensors.tensors import to_tensor
 
 from helpers.damage import reduce_precision
 

@@ -73,7 +73,7 @@ def test_threads_reading_at_once_get_h5py_bytes(make_h5):
         try:
             for idx in part:
                 assert r.read(idx).tobytes() == data[idx].tobytes()
-                r.prefetch(np.random.default_rng(int(idx[0])).integers(0, 400, 20))
+                r.read_ahead(np.random.default_rng(int(idx[0])).integers(0, 400, 20))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -96,7 +96,7 @@ def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
     decoded = []
     original = blocks.source.fill
     blocks.source.fill = lambda dset, b, dest: decoded.append(b) or original(dset, b, dest)
-    ds.prefetch([0, 9, 17])
+    ds.read_ahead([0, 9, 17])
     for _ in range(200):  # the pool finishes in the background
         if len(blocks.cache) == 3:
             break
@@ -181,3 +181,11 @@ def test_whole_runs_are_the_aligned_runs_the_blocks_touch(ids, run, count):
     starts = {i // run * run for i in ids.tolist()}
     expected = sorted(b for s in starts for b in range(s, s + run) if b < count)
     assert got.tolist() == expected
+
+
+def test_prefetch_is_the_old_name_of_read_ahead(make_h5):
+    data = images(40)
+    ds = H5LazyDataset(make_h5({"x": (data, "gzip")}), "x")
+    with pytest.warns(DeprecationWarning, match=r"prefetch\(\) is now read_ahead\(\)"):
+        ds.prefetch([0, 9, 17])
+    np.testing.assert_array_equal(ds[[17, 0]].numpy(), data[[17, 0]])

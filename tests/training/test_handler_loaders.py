@@ -15,7 +15,7 @@ from torch.utils.data import (
 )
 
 from nn_handler import World
-from nn_handler._training.loaders import (
+from nn_handler._training.handler_loaders import (
     LOADER_KEYWORDS,
     LoaderParts,
     ShardSampler,

@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .checkpoint import capture_rng, restore_rng
-from .loaders import LoaderParts
+from .handler_loaders import LoaderParts
 from .step import Sums, Trainer, accumulation_groups
 
 _END = object()

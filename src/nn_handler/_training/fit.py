@@ -15,7 +15,7 @@ from ..distributed import World
 from . import ddp as _ddp
 from .config import is_plateau
 from .epoch import EpochProgress, open_epoch, run_train_epoch
-from .loaders import LoaderParts
+from .handler_loaders import LoaderParts
 from .step import Sums, Trainer
 
 Record = dict[str, float]

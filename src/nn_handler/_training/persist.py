@@ -20,7 +20,7 @@ from . import checkpoint as _checkpoint
 from . import ddp as _ddp
 from .epoch import EpochProgress
 from .fit import RunState
-from .loaders import LoaderParts
+from .handler_loaders import LoaderParts
 from .slots import Slots
 
 

@@ -148,7 +148,7 @@ class PlansWindow(Protocol):
 class ReadsAhead(Protocol):
     """A dataset that decodes chunks ahead of need, in threads outside the GIL.
 
-    ``prefetch(indices)`` announces a coming batch (``readahead_rows`` rows ahead are useful,
+    ``read_ahead(indices)`` announces a coming batch (``readahead_rows`` rows ahead are useful,
     once its window is planned: ``PlansWindow``); ``reads_release_gil`` says batch reads run
     outside the GIL, so threads can serve batches.
     """
@@ -156,7 +156,7 @@ class ReadsAhead(Protocol):
     readahead_rows: int
     reads_release_gil: bool
 
-    def prefetch(self, indices: Any) -> None: ...
+    def read_ahead(self, indices: Any) -> None: ...
 
 
 @runtime_checkable

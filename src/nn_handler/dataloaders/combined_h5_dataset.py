@@ -35,8 +35,8 @@ from ._combined.fields import field_list, resolve_field_names, with_field_keys
 from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
-from ._combined.loader import check_dataset_kwargs, choose_workers, loader_options
-from ._samples.split import split_batch
+from ._combined.loader_options import check_dataset_kwargs, choose_workers, loader_options
+from ._tensors.split import split_batch
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler
 from .samplers.shards import EvenMode, equal_steps_option

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
@@ -26,9 +27,9 @@ from .._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_read
 from .._io.rows.reader import RowReader
 from .._io.storage.remote.ranges import adjacent_chunks
 from .._validate import check_callable, check_key, numpy_dtype
-from ._samples.columns import ENCODING_ARG, Column, label_map_from
-from ._samples.split import restack, split_samples
-from ._samples.worker_batches import read_batch
+from ._tensors.columns import ENCODING_ARG, Column, label_map_from
+from ._tensors.split import restack, split_samples
+from ._tensors.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
@@ -301,17 +302,27 @@ class H5LazyDataset(Dataset[Sample]):
 
     @property
     def readahead_rows(self) -> int:
-        """Rows ``batched_loader`` announces ahead of reading them (see ``prefetch``)."""
+        """Rows ``batched_loader`` announces ahead of reading them (see ``read_ahead``)."""
         return max(reader.readahead_rows for reader in self._row_readers())
 
-    def prefetch(self, indices: Any) -> None:
+    def read_ahead(self, indices: Any) -> None:
         """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
 
         ``batched_loader`` calls this a window ahead when batches are read in this process
         (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
         """
         for reader in self._row_readers():
-            reader.prefetch(indices)
+            reader.read_ahead(indices)
+
+    def prefetch(self, indices: Any) -> None:
+        """The old name of ``read_ahead`` (``prefetch`` now means copying to the device)."""
+        warnings.warn(
+            "H5LazyDataset.prefetch() is now read_ahead(); prefetch will be removed in a "
+            "future release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.read_ahead(indices)
 
     def _row_readers(self) -> list[RowReader]:
         """The reader of every key's chunks: windows, readahead and caches are theirs."""

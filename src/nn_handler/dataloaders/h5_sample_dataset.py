@@ -27,7 +27,7 @@ from .._validate import check_callable, check_int, format_names, numpy_dtype
 from ._per_sample.collate import pad_collate
 from ._per_sample.files import index_files
 from ._per_sample.index import NamePattern, SampleIndex
-from ._samples.tensors import to_tensor
+from ._tensors.tensors import to_tensor
 
 __all__ = ["H5SampleDataset", "pad_collate"]
 

@@ -26,13 +26,13 @@ from .._io.formats.sparse_labels import merge_labels
 from .._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
 from .._io.rows.plan import WindowPlan, grow_cache
 from .._validate import check_choice, check_key, numpy_dtype
-from ._samples.batch_ring import ring_buffer
-from ._samples.columns import ENCODING_ARG
-from ._samples.split import split_samples
-from ._samples.tensors import torch_dtype
 from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
+from ._tensors.batch_ring import ring_buffer
+from ._tensors.columns import ENCODING_ARG
+from ._tensors.split import split_samples
+from ._tensors.tensors import torch_dtype
 
 __all__ = ["H5SparseDataset"]
 

@@ -39,9 +39,9 @@ from .._validate import (
     usable_cores,
 )
 from . import _sharding
-from ._loader.readahead import ReadaheadSampler
-from ._loader.start_method import SafeStartDataLoader
-from ._loader.thread_loader import ThreadedDataLoader
+from ._feed.readahead import ReadaheadSampler
+from ._feed.start_method import SafeStartDataLoader
+from ._feed.threads import ThreadedDataLoader
 from ._protocols import (
     ChunkAware,
     ChunkWindowed,
@@ -54,8 +54,8 @@ from ._protocols import (
     set_epoch_once,
     splits_across_ranks,
 )
-from ._samples.batch_ring import RING_SLOTS, pack_batch, set_ring_slots
-from ._samples.shared_memory import in_worker_process
+from ._tensors.batch_ring import RING_SLOTS, pack_batch, set_ring_slots
+from ._tensors.shared_memory import in_worker_process
 from .samplers import EpochShuffleSampler
 
 __all__ = ["BatchedDataset", "EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
@@ -414,7 +414,7 @@ def _with_readahead(dataset: Any, sampler: Sampler[int], batch_size: int) -> Sam
     if dataset.readahead_rows <= 0:
         return sampler
     ahead = -(-dataset.readahead_rows // batch_size)
-    return ReadaheadSampler(sampler, dataset.prefetch, ahead, batch_size)
+    return ReadaheadSampler(sampler, dataset.read_ahead, ahead, batch_size)
 
 
 def _use_threads(dataset: Any, mode: WorkerMode, kwargs: dict[str, Any]) -> bool:

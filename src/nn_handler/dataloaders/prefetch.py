@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from .._devices import check_device
 from .._validate import check_prefetch
 from ._protocols import set_epoch_once
-from ._samples.structure import move as move  # used by _training and tests
+from ._tensors.structure import move as move  # used by _training and tests
 
 __all__ = ["DevicePrefetcher"]
 

@@ -42,9 +42,9 @@ from ..distributed import World
 from . import _sharding
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
-from ._samples.batch_ring import worker_batch
-from ._samples.shared_memory import in_worker_process
-from ._samples.split import restack, split_samples
+from ._tensors.batch_ring import worker_batch
+from ._tensors.shared_memory import in_worker_process
+from ._tensors.split import restack, split_samples
 from .samplers import EpochShuffleSampler, ShardEpochSampler
 from .samplers.shards import (
     EQUAL_STEPS,

@@ -15,7 +15,7 @@ filled straight into the batch or into scratch and nothing is kept. Sequential r
 (``read_range``) fill whole blocks straight into the caller's buffer and keep only the blocks
 at its two edges (when h5py decodes, it reads the whole range in one call).
 
-When blocks are read outside the GIL (``BlockSource.releases_gil``), ``prefetch`` fills the
+When blocks are read outside the GIL (``BlockSource.releases_gil``), ``read_ahead`` fills the
 blocks of the next rows in the pool ahead of need; a read of them waits instead of decoding
 them twice. The window belongs to one process (``PerProcess``): a forked or spawned worker
 builds its own. When every block fits the budget, forked workers read through ``SharedBlocks``
@@ -142,7 +142,7 @@ class ChunkEngine:
             return 0  # the next window would evict blocks this one still needs
         return self.window_blocks * rows
 
-    def prefetch(self, dset: h5py.Dataset, idx: IndexArray) -> None:
+    def read_ahead(self, dset: h5py.Dataset, idx: IndexArray) -> None:
         """Start filling, in the pool, the blocks rows ``idx`` need that are not held yet.
 
         Returns at once; a later ``read`` of these rows waits for them instead of filling

@@ -106,13 +106,13 @@ class RowReader:
 
     @property
     def readahead_rows(self) -> int:
-        """Rows worth announcing ahead of reads (``prefetch``): a planned window, else 0."""
+        """Rows worth announcing ahead of reads (``read_ahead``): a planned window, else 0."""
         return 0 if self._blocks is None else self._blocks.readahead_rows
 
-    def prefetch(self, indices: Any) -> None:
+    def read_ahead(self, indices: Any) -> None:
         """Start decoding the chunks rows ``indices`` need, in the background (or do nothing)."""
         if self._blocks is not None and self._blocks.releases_gil:
-            self._blocks.prefetch(self._dataset(), as_index_array(indices, self.length))
+            self._blocks.read_ahead(self._dataset(), as_index_array(indices, self.length))
 
     @property
     def releases_gil(self) -> bool:

@@ -1,7 +1,7 @@
 """Batch reads for ``CombinedHDF5Dataset``: group by file, one read per (file, field), outputs.
 
 A batch of global samples becomes NumPy arrays in request order (``read_rows``), then tensors
-of the requested dtype and lists of ``str`` (``to_batch``); ``_samples.split`` makes one dict
+of the requested dtype and lists of ``str`` (``to_batch``); ``_tensors.split`` makes one dict
 per sample of that for ``__getitems__``.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..._io.indices import IndexArray
-from .._samples.tensors import to_tensor
+from .._tensors.tensors import to_tensor
 from .fields import VALID_MASK, OutputField
 from .file_pool import FilePool
 from .metadata import valid_steps

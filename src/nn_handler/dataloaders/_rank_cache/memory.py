@@ -16,9 +16,9 @@ import torch
 
 from ..._host import MEMINFO, available_ram_bytes
 from ..._validate import format_bytes
-from .._samples.pinned import log_once, pin_in_place
-from .._samples.shared_memory import SHM_PATH, shm_space
-from .._samples.tensors import torch_dtype
+from .._tensors.pinned import log_once, pin_in_place
+from .._tensors.shared_memory import SHM_PATH, shm_space
+from .._tensors.tensors import torch_dtype
 
 __all__ = [
     "SHM_PATH",

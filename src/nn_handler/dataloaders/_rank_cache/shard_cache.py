@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from ..._io.file.source import H5Source
 from ..._io.rows.fields import Reader, open_reader
-from .._samples.tensors import check_tensor_dtype
+from .._tensors.tensors import check_tensor_dtype
 from . import memory as _memory
 from .preload import preload_rows
 

@@ -1,11 +1,11 @@
 """A sampler wrapper that announces each coming batch to the dataset before it is read.
 
-A dataset that decodes chunks ahead (``ReadsAhead``: ``prefetch(indices)``) keeps its decode
+A dataset that decodes chunks ahead (``ReadsAhead``: ``read_ahead(indices)``) keeps its decode
 threads busy when it learns the next batches early. ``batched_loader`` used to do this in its
 batch sampler; its loader is now a plain ``DataLoader(view, batch_size, sampler=...)`` (what
 Lightning and accelerate rebuild correctly), so the announcement moves to the index sampler:
 ``ReadaheadSampler`` draws ``ahead`` batches of indices from the sampler it wraps, hands each to
-``prefetch`` and then yields them one by one, in the same order, cut at the same batch borders
+``read_ahead`` and then yields them one by one, in the same order, cut at the same batch borders
 as the DataLoader cuts them.
 
 Everything else is the wrapped sampler's: ``set_epoch``, ``load_state_dict``, ``len``, its
@@ -34,9 +34,9 @@ class ReadaheadSampler(Sampler[int]):
 
     Args:
         sampler: The sampler of single indices to wrap.
-        prefetch: Called with each batch's indices when it is drawn.
+        read_ahead: Called with each batch's indices when it is drawn.
         ahead: Batches announced ahead of the one being read.
-        batch_size: The loader's batch size (the borders ``prefetch`` sees).
+        batch_size: The loader's batch size (the borders ``read_ahead`` sees).
     """
 
     def __new__(cls, sampler: Any = None, *args: Any, **kwargs: Any) -> ReadaheadSampler:
@@ -46,10 +46,10 @@ class ReadaheadSampler(Sampler[int]):
         return super().__new__(cls)
 
     def __init__(
-        self, sampler: Sampler[int], prefetch: Callable[[Any], None], ahead: int, batch_size: int
+        self, sampler: Sampler[int], read_ahead: Callable[[Any], None], ahead: int, batch_size: int
     ) -> None:
         self.sampler = sampler
-        self.prefetch = prefetch
+        self.read_ahead = read_ahead
         self.ahead = max(0, int(ahead))
         self.batch_size = int(batch_size)
         self._held = 0  # drawn from the sampler, not yet handed out
@@ -64,7 +64,7 @@ class ReadaheadSampler(Sampler[int]):
                     batch = list(itertools.islice(source, self.batch_size))
                     if not batch:
                         break
-                    self.prefetch(batch)
+                    self.read_ahead(batch)
                     queued.append(batch)
                     self._held += len(batch)
                 if not queued:

@@ -1,9 +1,9 @@
-"""The one way between a stacked batch and its samples (``_samples.split``)."""
+"""The one way between a stacked batch and its samples (``_tensors.split``)."""
 
 import pytest
 import torch
 
-from nn_handler.dataloaders._samples.split import collect, restack, split_batch, split_samples
+from nn_handler.dataloaders._tensors.split import collect, restack, split_batch, split_samples
 
 
 def test_split_batch_keeps_each_kind_and_nests():

@@ -1,4 +1,4 @@
-"""_samples/batch_ring: worker batches cross to the main process as slot numbers (issue 28).
+"""_tensors/batch_ring: worker batches cross to the main process as slot numbers (issue 28).
 
 The same bytes as a direct h5py read with 0 or N worker processes under every start method; a
 batch the user keeps is never overwritten; slots come back when the batch is freed; a ring that
@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import Dataset
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
-from nn_handler.dataloaders._samples import batch_ring, shared_memory
-from nn_handler.dataloaders._samples.batch_ring import (
+from nn_handler.dataloaders._tensors import batch_ring, shared_memory
+from nn_handler.dataloaders._tensors.batch_ring import (
     pack_batch,
     ring_buffer,
     rings_received,
