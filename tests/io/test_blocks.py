@@ -3,6 +3,7 @@
 import pickle
 import threading
 
+import h5py
 import numpy as np
 import pytest
 
@@ -221,3 +222,42 @@ def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget)
                 assert r.read(idx).tobytes() == values[idx].tobytes(), key
                 assert r.read_range(3, 203).tobytes() == values[3:].tobytes(), key
                 assert r.read_chunk_head(2, 5).tobytes() == values[16:21].tobytes(), key
+
+
+@pytest.mark.parametrize("decode", [True, False], ids=["DirectChunks", "H5pyBlocks"])
+def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, decode):
+    """``fill_many`` and ``fill_run`` of a source without a chunk table: a ``fill`` each."""
+    from nn_handler._io.chunks.sources import DirectChunks, H5pyBlocks, block_source
+
+    data = np.arange(40 * 6, dtype=np.float32).reshape(40, 6)
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:  # chunks split rows: no chunk table
+        f.create_dataset("x", data=data, chunks=(4, 3), compression="gzip")
+    source = H5Source(str(path), FileOptions())
+    dset = source.dataset("x")
+    blocks = block_source(dset, source, decode=decode)
+    assert isinstance(blocks, DirectChunks if decode else H5pyBlocks)
+    assert not blocks.batches_reads and not blocks.reads_runs
+    out = np.zeros((3, 4, 6), np.float32)
+    assert blocks.fill_many(dset, [(1, out[0]), (7, out[1]), (9, out[2])], parallel=decode) == [
+        None,
+        None,
+        None,
+    ]
+    np.testing.assert_array_equal(
+        out, data[[*range(4, 8), *range(28, 32), *range(36, 40)]].reshape(3, 4, 6)
+    )
+    run = np.zeros((12, 6), np.float32)
+    blocks.fill_run(dset, 2, run)
+    np.testing.assert_array_equal(run, data[8:20])
+    real = blocks.fill
+
+    def fill(dset, block, dest):
+        if block == 3:
+            raise OSError("block 3 failed")
+        real(dset, block, dest)
+
+    blocks.fill = fill  # one failing block: its error, the others filled
+    errors = blocks.fill_many(dset, [(2, out[0]), (3, out[1])], parallel=False)
+    assert errors[0] is None and str(errors[1]) == "block 3 failed"
+    source.close()

@@ -37,7 +37,7 @@ from ..process import PerProcess
 from ..storage.chunk_index import ChunkIndex
 from .pool import decode_threads, run_parallel, submit
 from .shared import SharedBlocks
-from .sources import BlockSource, Geometry, TableChunks, block_source
+from .sources import BlockSource, Geometry, block_source
 from .window import Claim, Window
 
 __all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
@@ -122,7 +122,7 @@ class ChunkEngine:
         if shared is not None and shared.usable:
             return  # a worker: the building process decides
         source = self.source
-        local = not (isinstance(source, TableChunks) and source.batches_reads)
+        local = not source.batches_reads
         growing = self.file.may_grow or self.file.swmr_mode
         geometry = self.geometry
         whole = geometry.block_rows > 1 and self._capacity() >= geometry.count
@@ -155,7 +155,7 @@ class ChunkEngine:
         if idx.size == 0 or decode_threads() < 2:
             return
         ids = np.unique(idx // self.geometry.block_rows)
-        remote = isinstance(self.source, TableChunks) and self.source.batches_reads
+        remote = self.source.batches_reads
         if remote and self.run_blocks > 1:  # the rest of each run comes with it: no more trips
             ids = whole_runs(ids, self.run_blocks, self.geometry.count)
         claim = self.cache.claim_ahead(ids, capacity)
@@ -183,7 +183,6 @@ class ChunkEngine:
 
     def _fill_ahead_many(self, task: tuple[h5py.Dataset, Claim, list[int]]) -> None:
         dset, claim, blocks = task
-        assert isinstance(self.source, TableChunks)
         fills = [(block, claim.arena[claim.slot(block)]) for block in blocks]
         try:  # decoded in this (pool) thread: waiting on the pool from inside it could deadlock
             errors = self.source.fill_many(dset, fills, parallel=False)
@@ -275,7 +274,6 @@ class ChunkEngine:
         first, last = -(-start // rows), stop // rows  # blocks wholly inside [start, stop)
         whole = range(first, last) if first < last else range(0)
         if self._in_runs(len(whole)):
-            assert isinstance(self.source, TableChunks)
             self.source.fill_run(dset, first, out[first * rows - start : last * rows - start])
         else:
             self._fill(dset, [(b, out[b * rows - start : (b + 1) * rows - start]) for b in whole])
@@ -294,7 +292,7 @@ class ChunkEngine:
         """
         source = self.source
         small = self.block_nbytes <= _RUN_BLOCK_BYTES
-        return blocks > 1 and small and isinstance(source, TableChunks) and not source.batches_reads
+        return blocks > 1 and small and source.reads_runs
 
     def _read_group(
         self,
@@ -434,7 +432,7 @@ class ChunkEngine:
             for block, dest in tasks:
                 self.source.fill(dset, block, dest)
             return
-        if isinstance(self.source, TableChunks) and self.source.batches_reads and len(tasks) > 1:
+        if self.source.batches_reads and len(tasks) > 1:
             errors = self.source.fill_many(dset, tasks)  # one request batch, then decodes
             first = next((e for e in errors if e is not None), None)
             if first is not None:

@@ -22,6 +22,7 @@ filter *variant* we do not decode (``UnsupportedChunkError``) is read through h5
 
 from __future__ import annotations
 
+import abc
 import itertools
 import math
 from collections.abc import Sequence
@@ -128,8 +129,71 @@ class BlockSource(Protocol):
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """The first ``rows`` rows of ``block``, decoded only that far; None when it cannot."""
 
+    @property
+    def batches_reads(self) -> bool:
+        """True when the raw bytes of many blocks are best fetched by one ``fill_many`` call.
 
-class H5pyBlocks:
+        An object store, where a request costs a round trip: the engine then hands readahead
+        and multi-block reads over in one call, and keeps no shared decoded copy.
+        """
+
+    def fill_many(
+        self,
+        dset: h5py.Dataset,
+        tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
+        *,
+        parallel: bool = True,
+    ) -> list[BaseException | None]:
+        """Fill each ``(block, dest)`` task; per task, None or the error its fill raised.
+
+        ``parallel``: fill in the decode pool (never from inside a pool thread).
+        """
+
+    @property
+    def reads_runs(self) -> bool:
+        """True when ``fill_run`` reads consecutive blocks cheaper than a ``fill`` each."""
+
+    def fill_run(self, dset: h5py.Dataset, first: int, dest: np.ndarray[Any, Any]) -> None:
+        """Fill blocks ``first, first + 1, ...`` into ``dest`` (whole blocks, in order)."""
+
+
+class _Blocks(abc.ABC):
+    """What a source that reads one block at a time offers for many blocks: a ``fill`` each."""
+
+    geometry: Geometry
+    batches_reads = False
+    reads_runs = False
+
+    @abc.abstractmethod
+    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+        """See ``BlockSource.fill``."""
+
+    def fill_many(
+        self,
+        dset: h5py.Dataset,
+        tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
+        *,
+        parallel: bool = True,
+    ) -> list[BaseException | None]:
+        """See ``BlockSource.fill_many``."""
+
+        def fill(task: tuple[int, np.ndarray[Any, Any]]) -> BaseException | None:
+            try:
+                self.fill(dset, *task)
+            except Exception as exc:  # reported per block: readahead settles each one
+                return exc
+            return None
+
+        return run_parallel(fill, tasks) if parallel else [fill(task) for task in tasks]
+
+    def fill_run(self, dset: h5py.Dataset, first: int, dest: np.ndarray[Any, Any]) -> None:
+        """See ``BlockSource.fill_run``."""
+        blocks = dest.reshape(-1, self.geometry.block_rows, *self.geometry.row_shape)
+        for k, block in enumerate(blocks):
+            self.fill(dset, first + k, block)
+
+
+class H5pyBlocks(_Blocks):
     """Blocks read by h5py, which decodes them under its lock."""
 
     decodes = False
@@ -150,7 +214,7 @@ class H5pyBlocks:
         return None
 
 
-class TableChunks:
+class TableChunks(_Blocks):
     """Raw chunks read by ``pread`` from the chunk table, decoded by the pipeline.
 
     ``batches_reads``: the table's bytes are in an object store, where a request costs a round
@@ -165,6 +229,8 @@ class TableChunks:
         self.geometry, self.table, self.pipeline = geometry, table, pipeline
         self._h5py = H5pyBlocks(geometry)
         self.batches_reads = not isinstance(table.file, LocalFile)
+        # a local file: small chunks stored side by side read in spans (``fill_run``)
+        self.reads_runs = not self.batches_reads
 
     def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
@@ -262,7 +328,7 @@ class TableChunks:
         return _head(self.geometry, self.pipeline, raw, mask, rows)
 
 
-class DirectChunks:
+class DirectChunks(_Blocks):
     """Raw chunks read by h5py's ``read_direct_chunk`` (tile by tile), decoded by the pipeline."""
 
     decodes = True
