@@ -1,6 +1,6 @@
-"""Issue 28, "DataLoader workers that add": do worker processes / threads feed faster than none?
+"""DataLoader workers that add: do worker processes / threads feed faster than none?
 
-``python benchmarks/run.py --feed`` (CPU; the issue's 2-core targets) writes, in a temporary
+``python benchmarks/run.py --feed`` (CPU; the 2-core targets) writes, in a temporary
 directory, W1 (``--n`` rows of 3×32×32 float32, contiguous, int64 labels), W2 (the same rows in
 64-row chunks, gzip-1 + byte-shuffle) and W2s (20,000 such rows), then times, in ``--rounds``
 alternating rounds of up to ``--seconds`` per contender (medians of per-round ratios reported):
@@ -24,7 +24,7 @@ or zlib inflating the raw chunks in one thread × the usable cores); a small CNN
 ``RankMemCachedH5Dataset(cache_device="cuda")`` serving ``ds[indices]`` / a bare
 ``torch.index_select`` on the device. Without CUDA it runs the host parts and says so.
 
-By default every worker loader is the issue's call with ``persistent_workers=True`` (what
+By default every worker loader is the user's call with ``persistent_workers=True`` (what
 docs/performance.md tells users to write); one information row restarts them every epoch
 (``persistent_workers=False``, torch's default), and ``--restart`` makes that the setting of
 every loader. Worker
@@ -253,7 +253,7 @@ def _loader_kwargs(workers: int, mode: str, opts: Opts) -> dict[str, Any]:
 
 
 def shuffled_stream(path: str, batch: int, workers: int, mode: str, opts: Opts) -> Any:
-    """The issue's W1 / W2s call: ``batched_loader(H5LazyDataset(...), batch, shuffle=True)``."""
+    """The W1 / W2s call: ``batched_loader(H5LazyDataset(...), batch, shuffle=True)``."""
     ds = H5LazyDataset(path, X_KEY, Y_KEY)
     return batched_loader(ds, batch, shuffle=True, **_loader_kwargs(workers, mode, opts))
 
@@ -353,7 +353,7 @@ def two_against_zero(name: str, title: str, measure: Callable[[int], Metrics], o
 
 
 def feed_table(w1: str, w2: str, w2s: str, n: int, opts: Opts) -> list[Check]:
-    """The issue's 2-core measures (W1, W2, W2s, main-process CPU, training loop)."""
+    """The 2-core measures (W1, W2, W2s, main-process CPU, training loop)."""
     s, out = opts.seconds, opts.out
     checks: list[Check] = []
 
@@ -890,7 +890,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=device,
     )
     began = time.perf_counter()
-    print(f"# nn_handler feed benchmark (issue 28): {'--gpu' if args.gpu else '--feed'}\n")
+    print(f"# nn_handler feed benchmark: {'--gpu' if args.gpu else '--feed'}\n")
     print(machine_line())
     method = args.start_method or f"default ({torch.multiprocessing.get_start_method()})"
     print(

@@ -1,4 +1,4 @@
-"""What the integrity checks of issue 16 cost: this checkout against another, interleaved.
+"""What the integrity checks cost: this checkout against another, interleaved.
 
 The checks are: a plain open before any SWMR open, the layout check (every chunk of the chunk
 table against the file's size) when a reader is built, one ``fstat`` / ``stat`` per batch (and

@@ -1,6 +1,6 @@
 """Training from a file on an HTTP server 20 ms away: cold, warm cache, local, h5py on fsspec.
 
-Writes ``--n`` rows × 64 float32 in gzip chunks of 64 rows (the issue's file is 1M rows, 256 MB;
+Writes ``--n`` rows × 64 float32 in gzip chunks of 64 rows (the target file is 1M rows, 256 MB;
 the default here is smaller so the run fits a shared 2-core machine), serves it from an aiohttp
 Range server in its own process with ``--latency`` seconds added to every request, and times
 one epoch of ``ChunkShuffleSampler`` + ``batched_loader`` (``num_workers=0``, batches of 256):
@@ -17,7 +17,7 @@ one epoch of ``ChunkShuffleSampler`` + ``batched_loader`` (``num_workers=0``, ba
 * bytes: how much of the file 1,000 random rows fetch cold (``ds[rows]``, no cache).
 
 Every round measures all of these in turn; the report gives the medians of ``--rounds`` rounds
-(ratios taken within each round) and checks the issue's targets: cold >= 0.2x local,
+(ratios taken within each round) and checks the targets: cold >= 0.2x local,
 >= 50x h5py on fsspec, warm >= 0.5x local, 1,000 random rows fetch <= 25 % of the file.
 
 Run: ``python benchmarks/bench_remote.py [--n 250000] [--latency 0.02] [--seconds 20]

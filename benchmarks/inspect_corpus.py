@@ -1,6 +1,6 @@
 """Run ``inspect_file`` on every HDF5 file under the given folders; count files, datasets, aborts.
 
-Used for the closing note of issue 13: ``python benchmarks/inspect_corpus.py DIR [DIR ...]``.
+Used for: ``python benchmarks/inspect_corpus.py DIR [DIR ...]``.
 An abort is ``inspect_file`` raising; ``errors`` counts objects the report lists as unreadable.
 """
 

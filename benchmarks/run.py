@@ -5,10 +5,10 @@ Run: ``python benchmarks/run.py [--n 50000] [--seconds 10] [--layouts chunked-64
 
 ``python benchmarks/run.py --remote [--n N] [--rounds 3] [--latency 0.02] [--seconds 20]``
 runs the remote benchmark instead (``bench_remote.py``: a file on an HTTP server 20 ms away,
-cold, warm cache, local and h5py on fsspec in one run, with the issue's targets as ratios).
+cold, warm cache, local and h5py on fsspec in one run, with the targets as ratios).
 
 ``python benchmarks/run.py --feed [--n 50000] [--rounds 3] [--seconds 4] [--start-method M]``
-runs the issue-28 DataLoader-worker table on the CPU (``bench_feed.py``: num_workers=2 against 0
+runs the DataLoader-worker table on the CPU (``bench_feed.py``: num_workers=2 against 0
 on W1, W2 and a small gzip file, the main process's CPU per batch and a CPU training loop fed by
 workers); ``--gpu [--n 200000] [--seconds 3] [--gpu-workers 4,8,14]`` runs its GPU tables
 (copy limit, W1 through ``DevicePrefetcher``, W2 against the decode limit, a small CNN fed by

@@ -147,7 +147,7 @@ def test_bad_input(make_h5, tmp_path):
         H5LazyDataset(path, "x", "y")
     with pytest.raises(ValueError, match=r"x_key='s' .* scalar \(0-d\) dataset"):
         H5LazyDataset(path, "s")
-    # strings are samples now (issue 13): str, never cast to numbers
+    # strings are samples: str, never cast to numbers
     assert H5LazyDataset(path, "names")[0] == "a"
     with pytest.raises(TypeError, match=r"x_key='names' \(dtype \|S1\) holds strings"):
         H5LazyDataset(path, "names", x_dtype=np.float32)

@@ -153,7 +153,7 @@ def test_accelerate_prepare_on_two_processes(tmp_path):
 def _rank_cache_pattern(path: str) -> dict[str, Any]:
     """docs/integrations.md's pattern for the rank cache: prepare the model and optimizer only.
 
-    Also tries the issue's ``accelerator.prepare(batched_loader(shard, 32,
+    Also tries the call ``accelerator.prepare(batched_loader(shard, 32,
     sampler=shard.make_sampler()))``, which must refuse with the fix in words.
     """
     from accelerate import Accelerator

@@ -1,4 +1,4 @@
-"""Loaders we build start their workers with forkserver while threads not ours run (issue 29)."""
+"""Loaders we build start their workers with forkserver while threads not ours run."""
 
 import json
 import multiprocessing

@@ -1,4 +1,4 @@
-"""Issue 16, row by row: damaged, truncated and changing files give the right bytes or an error
+"""Damaged files, row by row: damaged, truncated and changing files give the right bytes or an error
 that names the problem; never garbage, a hang or a crash. Cases that crashed or hung the
 interpreter before the fix run in a subprocess with a timeout."""
 

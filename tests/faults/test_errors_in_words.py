@@ -1,4 +1,4 @@
-"""Issue 23, "errors in words": each input that used to raise a bare Python error (or one whose
+"""Errors in words: each input that used to raise a bare Python error (or one whose
 cause was Python's words) raises our error class naming the file, the object and the cause."""
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ def test_sparse_strings_that_are_not_utf8_name_the_row_and_offer_label_encoding(
         assert [raw.label_categories[int(i)] for i in raw[np.arange(4)][1]] == stored
 
 
-# -- hostile arguments (issue 23, round 2): a ValueError / TypeError naming argument and value --
+# -- hostile arguments: a ValueError / TypeError naming argument and value --
 
 NAN, INF = math.nan, math.inf
 

@@ -1,5 +1,5 @@
-"""Issue 23's two hangs, as load tests: a loader over our datasets ends with data or an error
-within bounded time, under fork, spawn and forkserver, with two CPU burners beside it.
+"""Two hangs once seen under load, as load tests: a loader over our datasets ends with data or an
+error within bounded time, under fork, spawn and forkserver, with two CPU burners beside it.
 
 Each run is a child interpreter with its own hard timeout, so a hang fails the test instead of
 blocking CI. The /dev/shm case runs in a private mount namespace (``unshare -rm``) holding a

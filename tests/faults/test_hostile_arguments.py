@@ -1,4 +1,4 @@
-"""Issue 23, round 2: every public numeric keyword, given each of a few hostile values.
+"""Hostile arguments: every public numeric keyword, given each of a few hostile values.
 
 Each value is either one the keyword documents as valid (listed in ``VALID``: the call must then
 work, and a loader must serve its epoch) or refused by a ``ValueError`` / ``TypeError`` whose

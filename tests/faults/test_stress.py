@@ -16,7 +16,7 @@ import pytest
 pytestmark = [pytest.mark.stress, pytest.mark.slow]
 
 LOOPS = int(os.environ.get("NN_HANDLER_STRESS_LOOPS", "8"))
-BOUND_S = 20.0  # issue 30: no result slower than this, under load
+BOUND_S = 20.0  # no result may be slower than this, under load
 
 # A chunked, uncompressed file read by H5LazyDataset with 2 fork workers; a new file is renamed
 # over it between two epochs: the second epoch must raise FileChangedError.

@@ -1,4 +1,4 @@
-"""_tensors/batch_ring: worker batches cross to the main process as slot numbers (issue 28).
+"""_tensors/batch_ring: worker batches cross to the main process as slot numbers.
 
 The same bytes as a direct h5py read with 0 or N worker processes under every start method; a
 batch the user keeps is never overwritten; slots come back when the batch is freed; a ring that

@@ -1,5 +1,5 @@
 """_tensors/shared_memory: batches leave a worker process already in shared memory, and a full
-/dev/shm is a MemoryError in words (issue 23: the batch was dropped and the loader hung)."""
+/dev/shm is a MemoryError in words (once, the batch was dropped and the loader hung)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_layouts_chunks_filters_and_strategies(path):
 def test_attributes_are_decoded_and_truncated(path):
     report = inspect_file(path, max_attr_chars=40)
     groups = {g.path: g for g in report.groups}
-    # attributes are JSON values (issue 13), not reprs
+    # attributes are JSON values, not reprs
     assert groups["/"].attrs == {"title": "my data"}
     note = groups["train"].attrs["note"]
     assert len(note) == 40

@@ -1,4 +1,4 @@
-"""The issue-15 workload suite end to end on tiny files: tables, quality, targets."""
+"""The workload suite end to end on tiny files: tables, quality, targets."""
 
 import h5py
 import numpy as np
@@ -43,7 +43,7 @@ def test_suite_prints_the_issue_table(tmp_path):
     text = "\n".join(lines)
     assert "## W2: 300 × 3×32×32 float32, chunks of 64 rows, gzip-1 + shuffle" in text
     assert "| ours, worker threads | 2 |" in text and "CPU efficiency" in text
-    assert "## Summary (the issue's table)" in text and "W2: best / limit >= 0.8" in text
+    assert "## Summary (the targets' table)" in text and "W2: best / limit >= 0.8" in text
     assert tables[0].limit > 0 and tables[0].get("ours (batched, ChunkShuffleSampler)", 0)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match=r"unknown workloads \['W9'\]; known: W1"):

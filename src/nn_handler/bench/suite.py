@@ -139,7 +139,7 @@ def quality_table(n: int, block: int, batch_size: int, cache_blocks: int = 325) 
 
 
 def targets(tables: list[Table]) -> str:
-    """The issue's targets on the chunked + gzip layout, measured."""
+    """The targets on the chunked + gzip layout, measured."""
     lines = ["\n## Targets (chunked-64+gzip)\n"]
     gzip = next((t for t in tables if t.layout == "chunked-64+gzip"), None)
     if gzip is None:
@@ -163,7 +163,7 @@ def targets(tables: list[Table]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python benchmarks/run.py [--n N] [--seconds S] [--layouts a,b]``.
 
-    ``--workloads W1,W2,W3,W4`` runs the issue-15 workloads instead (``workload_suite``):
+    ``--workloads W1,W2,W3,W4`` runs the streaming workloads instead (``workload_suite``):
     ``num_workers`` 0 and 2, limits, peers and shuffle quality, medians of ``--rounds``.
     """
     parser = argparse.ArgumentParser(description="nn_handler benchmark suite")

@@ -1,4 +1,4 @@
-"""The issue-15 table: workloads W1–W4 × ``num_workers`` {0, 2} × limit × peers, with quality.
+"""The workload table: workloads W1–W4 × ``num_workers`` {0, 2} × limit × peers, with quality.
 
 ``python benchmarks/run.py --workloads W1,W2,W3,W4`` writes each workload's file (see
 ``workloads``), then times, in alternating rounds (median reported), every contender with
@@ -480,7 +480,7 @@ def run_workloads(
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown workloads {unknown!r}; known: {', '.join(known)}")
-    out(f"# nn_handler workloads (issue 15)\n\n{machine_line()}\n")
+    out(f"# nn_handler workloads\n\n{machine_line()}\n")
     out(
         f"batches of {batch_size}, {rounds} alternating rounds (median), up to {seconds:g}s per "
         f"contender and round, num_workers in {list(workers)}, rows × {scale:g}"
@@ -551,9 +551,9 @@ def _efficiency(row: Measured | None, table: WorkloadTable) -> str:
 
 
 def format_summary(tables: list[WorkloadTable], rc: tuple[float, float] | None) -> str:
-    """The issue's table and its targets, measured."""
+    """The workload table and its targets, measured."""
     lines = [
-        "\n## Summary (the issue's table)\n",
+        "\n## Summary (the targets' table)\n",
         "| workload | ours, num_workers=0 | ours, num_workers=2 (best of processes / threads) | "
         "limit in the same run | best peer | CPU efficiency, ours nw=0 / nw=2 |",
         "|---|---:|---:|---|---|---|",

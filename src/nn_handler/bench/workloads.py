@@ -1,4 +1,4 @@
-"""The issue-15 workloads W1–W4 (and two codec layouts): their data, written as HDF5 files.
+"""The streaming workloads W1–W4 (and two codec layouts): their data, written as HDF5 files.
 
 Each workload is one file laid out the way ``h5torch`` expects (``central`` + ``0/labels``), so
 every contender reads the very same bytes. ``0/labels`` holds each row's own index: whatever a

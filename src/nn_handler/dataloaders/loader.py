@@ -309,7 +309,7 @@ def _resolve_auto_workers(dataset: Any, batch_size: int, kwargs: dict[str, Any])
     """Replace ``num_workers="auto"`` in ``kwargs`` by a count: one per core, one per batch.
 
     Worker processes hand batches over through their rings and each decodes with its share of
-    the cores, so a process per core is the fast path for reads and decodes alike (issue 28).
+    the cores, so a process per core is the fast path for reads and decodes alike.
     """
     if kwargs.get("num_workers") != "auto":
         return

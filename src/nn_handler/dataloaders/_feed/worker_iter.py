@@ -1,7 +1,7 @@
 """Our loaders' worker-process iterator: torch's, with less to do per batch in the main process.
 
 With worker processes, everything the main process does per batch is time a training loop
-waits (issue 28). Two things torch's ``_MultiProcessingDataLoaderIter`` does per batch are
+waits. Two things torch's ``_MultiProcessingDataLoaderIter`` does per batch are
 not needed:
 
 * a ``record_function`` profiler range around every ``__next__``, opened and closed through

@@ -5,7 +5,7 @@ writes it to the queue's pipe. For a DataLoader that is one thread wake-up, one 
 and one context switch per batch in the main process (the index list going out) and in each
 worker (the batch going back). On a 2-core machine whose cores the workers already fill, the
 main process spent ~0.1 ms a batch in its feeder threads alone, and each such switch preempts
-a worker (issue 28).
+a worker.
 
 ``DirectQueue.put`` pickles and writes the message itself, in the calling thread, when the
 pipe has room for it: a write that cannot block. Room is counted, not guessed: the bytes in the

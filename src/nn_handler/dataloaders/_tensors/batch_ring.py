@@ -4,7 +4,7 @@ A tensor that leaves a DataLoader worker process normally travels as a fresh sha
 segment: the worker creates it and page-faults it in, its descriptor crosses through a socket,
 and the main process maps it and page-faults it again, then unmaps it when the batch is
 dropped. On a 2-core machine the main process spent 0.6 of a batch's read just receiving it, so
-workers made training slower (issue 28).
+workers made training slower.
 
 Here each worker process keeps a few *rings*, one per batch size it returns: a shared-memory
 region allocated once and cut into page-aligned slots. The worker reads (or copies) each batch

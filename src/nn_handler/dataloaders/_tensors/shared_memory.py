@@ -4,7 +4,7 @@ A tensor sent from a worker process to the main process travels as a shared-memo
 (``/dev/shm`` on Linux). When torch makes that segment while pickling the batch, it does so in
 the worker's queue feeder thread, and an error there (``/dev/shm`` full) is only printed: the
 batch is dropped, the worker lives on, and a DataLoader with the default ``timeout=0`` waits for
-that batch forever (issue 23: 4 runs in 5 hung). So a batch leaves a worker already in shared
+that batch forever (4 runs in 5 hung, once measured). So a batch leaves a worker already in shared
 memory, put there by the worker during the DataLoader's fetch, where an error travels to the
 main process and is raised there; a full ``/dev/shm`` becomes a ``MemoryError`` that says how
 full it is and what to do. Outside worker processes (the main process, worker threads) nothing
