@@ -257,7 +257,7 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
     sampler = ChunkShuffleSampler(ds, window_chunks=4, seed=3)
     loader = batched_loader(ds, 16, sampler=sampler)
     decoded = []
-    source = ds._x._blocks.source  # the engine fills one chunk per call
+    source = ds._x._rows.engine.source  # the engine fills one chunk per call
     original = source.fill
 
     def spy(dset, block, dest):

@@ -73,7 +73,7 @@ def test_budget_bounds_the_cache(make_h5):
     chunk_bytes = 8 * ROW_BYTES
     r = reader(make_h5({"x": (data, "gzip")}), rdcc_nbytes=3 * chunk_bytes)
     r.read(np.arange(64))
-    cache = r._blocks.cache
+    cache = r._rows.engine.cache
     assert len(cache) == 3 and cache.nbytes == 3 * chunk_bytes
 
 
@@ -83,9 +83,9 @@ def test_read_range_decodes_whole_chunks_into_the_output(make_h5, decodes):
     out = np.empty((40, 3, 4), np.float32)
     assert r.read_range(8, 48, out=out) is out
     np.testing.assert_array_equal(out, data[8:48])
-    assert len(r._blocks.cache) == 0  # sequential reads do not fill the cache
+    assert len(r._rows.engine.cache) == 0  # sequential reads do not fill the cache
     np.testing.assert_array_equal(r.read_range(3, 13), data[3:13])
-    assert len(r._blocks.cache) == 2  # partial chunks at both ends are kept
+    assert len(r._rows.engine.cache) == 2  # partial chunks at both ends are kept
     assert len(decodes) == 7
 
 
@@ -135,13 +135,13 @@ def test_block_cache_is_per_process(make_h5):
     data = images(64)
     r = reader(make_h5({"x": (data, "gzip")}))
     np.testing.assert_array_equal(r.read([1]), data[[1]])
-    assert len(r._blocks.cache) == 1
+    assert len(r._rows.engine.cache) == 1
     clone = pickle.loads(pickle.dumps(r))
-    assert len(clone._blocks.cache) == 0
+    assert len(clone._rows.engine.cache) == 0
     np.testing.assert_array_equal(clone.read([17]), data[[17]])
-    assert clone._blocks.cache.holds(2)
+    assert clone._rows.engine.cache.holds(2)
     as_if_forked()
-    assert not r._blocks.cache.holds(0) and len(r._blocks.cache) == 0
+    assert not r._rows.engine.cache.holds(0) and len(r._rows.engine.cache) == 0
 
 
 def test_set_chunk_cache_resizes_both_caches(make_h5):
@@ -149,14 +149,14 @@ def test_set_chunk_cache_resizes_both_caches(make_h5):
     path = make_h5({"x": (data, "gzip"), "y": np.arange(64)})
     ds = H5LazyDataset(path, "x", "y", rdcc_nbytes=10**6)
     ds[[0, 9, 17]]
-    assert len(ds._x._blocks.cache) == 3
+    assert len(ds._x._rows.engine.cache) == 3
     ds.set_chunk_cache(2 * 8 * ROW_BYTES, nslots=101, w0=0.5)
     assert ds.chunk_cache_nbytes == 2 * 8 * ROW_BYTES
     assert ds._source.options.rdcc_nslots == 101 and ds._source.options.rdcc_w0 == 0.5
-    assert not ds.is_open and len(ds._x._blocks.cache) == 0
+    assert not ds.is_open and len(ds._x._rows.engine.cache) == 0
     x, _ = ds[[0, 9, 17, 25]]
     np.testing.assert_array_equal(x.numpy(), data[[0, 9, 17, 25]])
-    assert len(ds._x._blocks.cache) == 2
+    assert len(ds._x._rows.engine.cache) == 2
     with ds._source.file as f:
         assert f.id.get_access_plist().get_cache()[2] == 2 * 8 * ROW_BYTES
     with pytest.raises(ValueError, match="rdcc_nbytes must be >= 0, got -1"):
@@ -182,7 +182,7 @@ def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
     r = reader(make_h5({"x": (data, "lzf-fletcher")}))  # 6-row chunks h5py decodes
     assert r.strategy == "chunks"
     calls = []
-    dset = r._dataset()
+    dset = r._rows._dataset()
     assert dset.id.get_access_plist().get_chunk_cache()[1] == 0  # no second, HDF5-side cache
     original = type(dset).read_direct
 
@@ -227,7 +227,8 @@ def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget)
 @pytest.mark.parametrize("decode", [True, False], ids=["DirectChunks", "H5pyBlocks"])
 def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, decode):
     """``fill_many`` and ``fill_run`` of a source without a chunk table: a ``fill`` each."""
-    from nn_handler._io.chunks.sources import DirectChunks, H5pyBlocks, block_source
+    from nn_handler._io.chunks.sources import DirectChunks, H5pyBlocks
+    from nn_handler._io.rows.choice import block_source
 
     data = np.arange(40 * 6, dtype=np.float32).reshape(40, 6)
     path = tmp_path / "f.h5"

@@ -91,7 +91,7 @@ def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
             key = f"{name}/{dtype}"
             expected = f[key][()]
             r = reader(codec_file, key)
-            assert isinstance(r._blocks.source, TableChunks), key  # decoded here, not by h5py
+            assert isinstance(r._rows.engine.source, TableChunks), key  # decoded here, not by h5py
             idx = rng.integers(0, len(expected), 300)  # duplicates, any order, last partial chunk
             assert r.read(idx).tobytes() == expected[idx].tobytes(), key
             assert r.read_range(3, 85).tobytes() == expected[3:85].tobytes(), key
@@ -119,7 +119,7 @@ def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeyp
         for name in ("gzip", "gzip-shuffle-fletcher"):
             expected = f[f"{name}/<f4"][()]
             r = reader(codec_file, f"{name}/<f4")
-            assert isinstance(r._blocks.source, TableChunks), name
+            assert isinstance(r._rows.engine.source, TableChunks), name
             assert r.read_range(0, 90).tobytes() == expected.tobytes(), name
 
 

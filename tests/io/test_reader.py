@@ -1,5 +1,6 @@
 import io
 import pickle
+from typing import Any
 
 import h5py
 import numpy as np
@@ -206,43 +207,42 @@ def test_reader_pickles_after_use_and_reads_again(make_h5):
     np.testing.assert_array_equal(clone.read([29, 0]), data[[29, 0]])
 
 
-def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
-    import nn_handler._io.rows.reader as reader_module
+def _slabs(path: Any, calls: list[tuple[int, int]]) -> RowReader:
+    """A reader whose rows ``SlabRows`` reads (h5py), each slab it reads noted in ``calls``."""
+    from nn_handler._io.rows.slabs import SlabRows
 
-    data = images(200)
-    path = make_h5({"x": (data, "gzip")})
-    monkeypatch.setattr(reader_module, "_block_reader", lambda *args: None)  # slabs
-    monkeypatch.setattr(reader_module, "_MAX_SLAB_BYTES", 8 * 48)  # one 8-row chunk per slab
-    calls = []
     r = reader(path)
-    original = r._read_slab_into
+    slabs = SlabRows(r.rows, r.source)
+    original = slabs._read_slab
 
-    def spy(dset, start, stop, buf):
+    def spy(dset: Any, start: int, stop: int, buf: Any) -> Any:
         calls.append((start, stop))
         return original(dset, start, stop, buf)
 
-    r._read_slab_into = spy
+    slabs._read_slab = spy  # type: ignore[method-assign]
+    r._rows = slabs
+    return r
+
+
+def test_large_batches_are_split_into_bounded_slabs(make_h5, monkeypatch):
+    import nn_handler._io.rows.slabs as slabs_module
+
+    data = images(200)
+    path = make_h5({"x": (data, "gzip")})
+    monkeypatch.setattr(slabs_module, "_MAX_SLAB_BYTES", 8 * 48)  # one 8-row chunk per slab
+    calls: list[tuple[int, int]] = []
+    r = _slabs(path, calls)
     idx = np.arange(200)[::-1]
     np.testing.assert_array_equal(r.read(idx), data[idx])
     assert all(stop - start <= 8 for start, stop in calls)
     assert len(calls) == 25  # each chunk read exactly once
 
 
-def test_each_chunk_read_once_per_batch(make_h5, monkeypatch):
-    import nn_handler._io.rows.reader as reader_module
-
-    monkeypatch.setattr(reader_module, "_block_reader", lambda *args: None)  # slabs
+def test_each_chunk_read_once_per_batch(make_h5):
     data = images(64)
     path = make_h5({"x": (data, "gzip")})
-    r = reader(path)
-    calls = []
-    original = r._read_slab_into
-
-    def spy(dset, start, stop, buf):
-        calls.append((start, stop))
-        return original(dset, start, stop, buf)
-
-    r._read_slab_into = spy
+    calls: list[tuple[int, int]] = []
+    r = _slabs(path, calls)
     idx = [63, 1, 2, 3, 9, 63, 0, 40]
     np.testing.assert_array_equal(r.read(idx), data[idx])
     assert calls == [(0, 16), (40, 48), (56, 64)]
@@ -292,7 +292,7 @@ def test_mapped_chunks_end_to_end_read_as_one_span(tmp_path, order, spans):
     data = _chunks_written(path, order)
     r = reader(path)
     assert r.strategy == "memmap"
-    assert r._spans[1].size == spans
+    assert r._rows.firsts.size == spans
     idx = [52, 0, 7, 8, 15, 16, 40, 3, 3]
     np.testing.assert_array_equal(r.read(idx), data[idx])
     starts = np.array([50, 0, 6, 31, 53, 23, 24, 47, 16], np.int64)

@@ -26,7 +26,7 @@ def big_rows(n=ROWS):
 
 
 def engine_of(ds):
-    return ds._row_readers()[0]._blocks
+    return ds._row_readers()[0]._rows.engine
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def test_batches_and_ranges_equal_h5py(make_h5, layout):
         with h5py.File(path, "a") as f:
             f.create_dataset("x", data=data, chunks=(1, 3, 4), compression="gzip")
     r = reader(path)
-    assert isinstance(r._blocks.source, TableChunks) and r.releases_gil
+    assert isinstance(r._rows.engine.source, TableChunks) and r.releases_gil
     rng = np.random.default_rng(0)
     for _ in range(5):
         idx = rng.integers(-203, 203, 77)
@@ -59,7 +59,7 @@ def test_batch_wider_than_the_window_and_no_budget(make_h5):
     idx = np.random.default_rng(1).permutation(200)
     for r in (small, none):
         assert r.read(idx).tobytes() == data[idx].tobytes()
-    assert len(small._blocks.cache) == 3 and len(none._blocks.cache) == 0
+    assert len(small._rows.engine.cache) == 3 and len(none._rows.engine.cache) == 0
 
 
 def test_threads_reading_at_once_get_h5py_bytes(make_h5):
@@ -83,7 +83,7 @@ def test_threads_reading_at_once_get_h5py_bytes(make_h5):
     for t in threads:
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in threads)
-    assert r._blocks.cache.pins == 0  # every pin released
+    assert r._rows.engine.cache.pins == 0  # every pin released
 
 
 def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
@@ -92,7 +92,7 @@ def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
     ds = H5LazyDataset(path, "x")
     fit_chunk_cache(ds, ChunkShuffleSampler(ds, window_chunks=4))  # readahead of 4 chunks
     assert ds.readahead_rows == 32
-    blocks = ds._x._blocks
+    blocks = ds._x._rows.engine
     decoded = []
     original = blocks.source.fill
     blocks.source.fill = lambda dset, b, dest: decoded.append(b) or original(dset, b, dest)
@@ -143,7 +143,7 @@ def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkey
     data = images(203)  # edge chunk included: 203 rows in chunks of 8
     path = make_h5({"x": (data, "gzip")})
     r = reader(path, rdcc_nbytes=budget)
-    assert isinstance(r._blocks.source, TableChunks)
+    assert isinstance(r._rows.engine.source, TableChunks)
 
     def unsupported(self, raw, mask, out):
         out[:] = 0xAB  # whatever a failed decode left behind must not reach the batch

@@ -265,7 +265,7 @@ def test_chunk_shuffle_epoch_reads_every_row_once_and_each_chunk_once(files):
     assert ds.chunk_cache_nbytes >= 5 * 2 * TINY_CHUNK * 4  # grown for the window
     decoded = []
     reader = ds._files[0].rows.data
-    source = reader._blocks.source  # the engine fills one chunk per call
+    source = reader._rows.engine.source  # the engine fills one chunk per call
     original = source.fill
 
     def spy(dset, block, dest):

@@ -86,15 +86,15 @@ def test_read_chunks_and_heads(readers):
     gz, shuffled = readers["gzip"], readers["gzip-shuffle"]
     gz.clear_cache()
     np.testing.assert_array_equal(gz.read_chunk_head(2, 4), VALUES[26:30])
-    assert len(gz._blocks.cache) == 0  # a head of a plain deflate chunk is not cached
+    assert len(gz._rows.engine.cache) == 0  # a head of a plain deflate chunk is not cached
     blocks = gz.read_chunks([2, 23])
     np.testing.assert_array_equal(blocks[0], VALUES[26:39])
     np.testing.assert_array_equal(blocks[1], VALUES[299:300])  # the short last chunk
-    assert len(gz._blocks.cache) == 2
+    assert len(gz._rows.engine.cache) == 2
     np.testing.assert_array_equal(gz.read_chunk_head(2, 13), VALUES[26:39])  # from the cache
     shuffled.clear_cache()
     np.testing.assert_array_equal(shuffled.read_chunk_head(1, 3), VALUES[11:14])
-    assert len(shuffled._blocks.cache) == 1  # shuffled: the whole chunk was decoded, and kept
+    assert len(shuffled._rows.engine.cache) == 1  # shuffled: the whole chunk was decoded, and kept
     np.testing.assert_array_equal(readers["chunked"].read_chunk_head(1, 2), VALUES[13:15])
     np.testing.assert_array_equal(readers["lzf"].read_chunks([0])[0], VALUES[:17])
     with pytest.raises(ValueError, match="is not chunked"):

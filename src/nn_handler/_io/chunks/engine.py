@@ -34,13 +34,12 @@ import numpy as np
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
-from ..storage.chunk_index import ChunkIndex
 from .pool import decode_threads, run_parallel, submit
 from .shared import SharedBlocks
-from .sources import BlockSource, Geometry, block_source
+from .sources import BlockSource, Geometry
 from .window import Claim, Window
 
-__all__ = ["ChunkEngine", "chunk_engine", "whole_runs"]
+__all__ = ["ChunkEngine", "whole_runs"]
 
 _RUN_BLOCK_BYTES = 64 * 1024  # blocks this small are read in runs by sequential reads
 _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
@@ -264,11 +263,11 @@ class ChunkEngine:
         self, dset: h5py.Dataset, start: int, stop: int, out: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:
         """Fill ``out`` with rows ``[start, stop)``: whole blocks are filled straight into it."""
+        if not out.flags.c_contiguous:  # (h5py's read_direct refuses such an array too)
+            out[...] = self.read_range(dset, start, stop, np.empty_like(out, order="C"))
+            return out
         if not self.decodes:  # h5py decodes: it reads a range best in one call
             dset.read_direct(out, np.s_[start:stop])
-            return out
-        if not out.flags.c_contiguous:
-            out[...] = self.read_range(dset, start, stop, np.empty_like(out, order="C"))
             return out
         rows = self.geometry.block_rows
         first, last = -(-start // rows), stop // rows  # blocks wholly inside [start, stop)
@@ -453,15 +452,3 @@ def whole_runs(ids: np.ndarray[Any, Any], run: int, count: int) -> np.ndarray[An
     starts = np.unique(ids // run) * run
     every = (starts[:, None] + np.arange(run)).ravel()
     return every[every < count]
-
-
-def chunk_engine(
-    dset: h5py.Dataset, file: H5Source, *, decode: bool, index: ChunkIndex | None = None
-) -> ChunkEngine | None:
-    """The engine for chunked ``dset``, or None (not chunked, or no rows to serve).
-
-    ``decode``: whether raw chunks may be decoded here at all (see ``block_source``);
-    ``index``: the chunk index the layout check already read (else it is read again).
-    """
-    source = block_source(dset, file, decode=decode, index=index)
-    return None if source is None else ChunkEngine(file, source)

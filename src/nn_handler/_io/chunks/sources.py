@@ -3,7 +3,8 @@
 A *block* is ``block_rows`` rows starting at ``b * block_rows`` (every chunk whose first index
 is a multiple of the chunk's rows; several when chunks split rows). The engine (``engine.py``)
 asks a ``BlockSource`` to fill one block into a destination it owns: a slot of the window, a
-scratch block, or rows of the caller's batch. The three sources, best first:
+scratch block, or rows of the caller's batch. The three sources, best first (which one serves a
+dataset is decided with the rest of how its rows are read, in ``rows/choice.py``):
 
 * ``TableChunks``: raw chunks read with ``pread`` at the offsets of the chunk table
   (``ChunkTable``) and decoded by the ``ChunkPipeline``: no h5py, no lock, GIL released, so
@@ -34,11 +35,8 @@ import numpy as np
 
 from ..errors import CorruptFileError
 from ..file.chunk_walk import chunk_info_at, read_direct_chunk
-from ..file.source import H5Source
-from ..file.verify import raw_chunk_agrees
 from ..storage.byte_source import LocalFile
-from ..storage.chunk_index import ChunkIndex
-from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError, pipeline_for
+from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
 from .pool import run_parallel
 from .table import ChunkTable
 
@@ -48,7 +46,6 @@ __all__ = [
     "Geometry",
     "H5pyBlocks",
     "TableChunks",
-    "block_source",
 ]
 
 _GAP_BYTES = 64 * 1024  # bytes between two chunks read rather than end a span there
@@ -388,60 +385,6 @@ class DirectChunks(_Blocks):
             raise self.geometry.corrupt(offset, exc) from exc
         if not whole:
             dest[...] = chunk[tuple(slice(0, n) for n in dest.shape)]
-
-
-def block_source(
-    dset: h5py.Dataset, source: H5Source, *, decode: bool, index: ChunkIndex | None = None
-) -> BlockSource | None:
-    """The best source of whole blocks for chunked ``dset``, or None (no rows to serve).
-
-    ``decode``: whether raw chunks may be decoded by us at all (only from this file, and only
-    when the stored bytes are the values: the layout check's ``fast_paths_allowed``); then
-    every filter must also be one the pipeline decodes.
-    """
-    if dset.chunks is None or dset.is_virtual or dset.dtype.hasobject:
-        return None
-    shape = tuple(int(s) for s in dset.shape)
-    chunks = tuple(int(c) for c in dset.chunks)
-    if shape[0] == 0 or dset.dtype.itemsize * math.prod(shape[1:]) == 0:
-        return None
-    geometry = Geometry(source.path, dset.name, shape[0], shape[1:], dset.dtype, chunks[0])
-    pipeline = pipeline_for(dset) if decode else None
-    if pipeline is None:
-        return H5pyBlocks(geometry)
-    table = _chunk_table(dset, source, index)
-    if table is not None:
-        return TableChunks(geometry, table, pipeline)
-    return DirectChunks(geometry, chunks, pipeline)
-
-
-def _chunk_table(
-    dset: h5py.Dataset, source: H5Source, index: ChunkIndex | None
-) -> ChunkTable | None:
-    """The chunk table: chunks of whole rows, all written, in a file on disk or in a store."""
-    remote = source.byte_source() if source.is_remote else None
-    if remote is None and (not source.is_path or dset.file.driver != "sec2"):
-        return None
-    # the layout's index: not walked again
-    table = ChunkTable.build(dset, remote if remote is not None else source.path, index)
-    if table is None or not _hdf5_agrees(dset, table):
-        return None
-    return table
-
-
-def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable) -> bool:
-    """True when HDF5 serves the chunk furthest into the file with the raw bytes we would read.
-
-    ``pread`` reads whatever the table says; HDF5 also checks addresses against the end of the
-    file its superblock records, so a damaged superblock makes HDF5 refuse chunks that we would
-    happily serve. On any disagreement h5py's reads (with its errors) take over.
-    """
-    block = int(np.argmax(table.offsets + table.sizes))
-    coords = (block * int(dset.chunks[0]), *(0 for _ in dset.shape[1:]))
-    try:
-        return raw_chunk_agrees(dset, coords, lambda: table.read(block))
-    finally:
-        table.close()  # construction leaves no descriptor open: the reading process opens one
 
 
 class _Run:

@@ -16,6 +16,7 @@ import numpy as np
 from ..indices import IndexArray
 from ..process import PerProcess
 from ..storage.byte_source import ByteSource
+from .row_source import BaseRows, DatasetRows, Strategy
 
 __all__ = ["WHOLE_BYTES", "RangedRows"]
 
@@ -23,33 +24,28 @@ __all__ = ["WHOLE_BYTES", "RangedRows"]
 WHOLE_BYTES = 64 * 1024**2
 
 
-class RangedRows:
-    """``length`` rows of ``row_shape`` / ``dtype`` stored contiguously at ``offset``.
+class RangedRows(BaseRows):
+    """The rows of ``rows``, stored contiguously at ``offset`` of ``file`` (the ``ranges`` way).
 
     Args:
+        rows: The dataset's rows (stored as their values: the layout check said so).
         file: The bytes (a ``RemoteFile`` or ``CachedFile``).
         offset: Where the first row starts.
-        length: Rows.
-        row_shape: Shape of one row.
-        dtype: The rows' dtype (stored as its values: the layout check said so).
     """
 
-    def __init__(
-        self,
-        file: ByteSource,
-        offset: int,
-        length: int,
-        row_shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-    ) -> None:
-        self.file, self.offset, self.length = file, offset, length
-        self.row_shape, self.dtype = row_shape, dtype
-        self.row_nbytes = dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
-        self.whole = self.row_nbytes * length <= WHOLE_BYTES
+    strategy: Strategy = "ranges"
+
+    def __init__(self, rows: DatasetRows, file: ByteSource, offset: int) -> None:
+        self.rows, self.file, self.offset = rows, file, offset
+        self.row_nbytes = rows.row_nbytes
+        self.whole = self.row_nbytes * rows.length <= WHOLE_BYTES
         self._all: PerProcess[np.ndarray[Any, Any]] = PerProcess()
 
-    def read(self, idx: IndexArray, out: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """Rows ``idx`` (any order, repeats allowed) into ``out``."""
+    def read(
+        self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
+    ) -> np.ndarray[Any, Any]:
+        """Rows ``idx`` (any order, repeats allowed) into ``out`` (see ``RowSource.read``)."""
+        out = self.rows.empty(idx.size) if out is None else out
         if self.whole:
             np.take(self._every_row(), idx, axis=0, out=out)
             return out
@@ -58,28 +54,28 @@ class RangedRows:
         np.take(rows, inverse.reshape(-1), axis=0, out=out)
         return out
 
-    def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any]) -> None:
-        """Rows ``[start, stop)`` into ``out`` (C-contiguous)."""
-        if self.whole:
-            out[...] = self._every_row()[start:stop]
+    def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
+        """Rows ``[start, stop)`` into ``out`` (see ``RowSource.read_range``)."""
+        if self.whole or not out.flags.c_contiguous:
+            out[...] = self._every_row()[start:stop] if self.whole else self._load(start, stop)
             return
         self.file.read_ranges([self._span(start, stop)], [_flat(out)])
 
     def _every_row(self) -> np.ndarray[Any, Any]:
         rows = self._all.peek()
         if rows is None:  # (not get_or_make: reading may make PerProcess values itself)
-            rows = self._all.set(self._load(0, self.length))
+            rows = self._all.set(self._load(0, self.rows.length))
         return rows
 
     def _load(self, start: int, stop: int) -> np.ndarray[Any, Any]:
-        rows = np.empty((stop - start, *self.row_shape), self.dtype)
+        rows = self.rows.empty(stop - start)
         if rows.size:
             self.file.read_ranges([self._span(start, stop)], [_flat(rows)])
         return rows
 
     def _read_sorted(self, uniq: IndexArray) -> np.ndarray[Any, Any]:
         """Rows ``uniq`` (increasing): each run of consecutive rows one range, all in one call."""
-        rows = np.empty((uniq.size, *self.row_shape), self.dtype)
+        rows = self.rows.empty(uniq.size)
         if rows.size == 0:
             return rows
         breaks = np.flatnonzero(np.diff(uniq) != 1) + 1

@@ -1,0 +1,105 @@
+"""ChunkedRows: rows served from whole decoded blocks of chunks (``decode`` / ``chunks``).
+
+The chunk engine (``chunks/engine.py``) keeps a window of decoded blocks and fills the missing
+ones from its ``BlockSource``: raw chunks decoded by us in the decode pool (``decode``), or
+blocks h5py decodes (``chunks``). HDF5's own chunk cache is off for these datasets (the window
+is the cache), so they are opened with ``chunk_cache=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..chunks.engine import ChunkEngine
+from ..file.source import H5Source
+from ..indices import IndexArray
+from .row_source import BaseRows, DatasetRows, Strategy
+
+__all__ = ["ChunkedRows"]
+
+
+class ChunkedRows(BaseRows):
+    """Rows of ``rows`` through ``engine`` (see the module docstring).
+
+    Args:
+        rows: The dataset's rows.
+        source: The file (each process opens the dataset through it).
+        engine: The dataset's chunk engine.
+    """
+
+    def __init__(self, rows: DatasetRows, source: H5Source, engine: ChunkEngine) -> None:
+        self.rows, self.source, self.engine = rows, source, engine
+
+    @property
+    def strategy(self) -> Strategy:
+        """``"decode"`` when we decode raw chunks, ``"chunks"`` when h5py does."""
+        return "decode" if self.engine.decodes else "chunks"
+
+    @property
+    def releases_gil(self) -> bool:
+        """True when blocks are read and decoded outside the GIL and h5py's lock."""
+        return self.engine.releases_gil
+
+    @property
+    def readahead_rows(self) -> int:
+        """One planned window of rows (0 when none was planned)."""
+        return self.engine.readahead_rows
+
+    @property
+    def decodes_heads(self) -> bool:
+        """True when a head of a block not held is decoded only as far as asked."""
+        return self.engine.decodes_heads
+
+    def read(
+        self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
+    ) -> np.ndarray[Any, Any]:
+        """See ``RowSource.read``: through the window."""
+        out = self.rows.empty(idx.size) if out is None else out
+        return self.engine.read(self._dataset(), idx, out)
+
+    def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
+        """See ``RowSource.read_range``: whole blocks straight into ``out``."""
+        self.engine.read_range(self._dataset(), start, stop, out)
+
+    def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
+        """See ``RowSource.read_chunks``: each chunk decoded once, in parallel, and kept."""
+        if self.engine.geometry.block_rows == self.rows.chunk_rows:
+            ids = sorted(set(chunks))
+            blocks = self.engine.read_blocks(self._dataset(), ids)
+            if blocks is not None:
+                by_id = dict(zip(ids, blocks, strict=True))
+                return [by_id[c] for c in chunks]
+        if not chunks:
+            return []
+        # one batch read: the engine decodes each chunk once, in parallel, and keeps it
+        bounds = [self._bounds(c) for c in chunks]
+        whole = self.read(np.concatenate([np.arange(lo, hi) for lo, hi in bounds]), None, checked)
+        cuts = np.cumsum([hi - lo for lo, hi in bounds])[:-1]
+        return list(np.split(whole, cuts))
+
+    def head(self, chunk: int, rows: int, checked: bool) -> np.ndarray[Any, Any]:
+        """See ``RowSource.head``: a plain deflate chunk not held is inflated only that far."""
+        return self.engine.head(self._dataset(), chunk, rows)
+
+    def read_ahead(self, idx: IndexArray) -> None:
+        """Start decoding the blocks rows ``idx`` need, in the pool (when reads release the GIL)."""
+        if self.engine.releases_gil:
+            self.engine.read_ahead(self._dataset(), idx)
+
+    def plan_window(self, block_rows: int, blocks: int) -> None:
+        """See ``RowSource.plan_window``: the window's size in blocks, and its runs."""
+        engine, own = self.engine, self.rows.chunk_rows or 1
+        chunks = self.window_cache_nbytes(block_rows, blocks) // engine.block_nbytes
+        run = block_rows // own if block_rows % own == 0 else 1
+        engine.plan_window(max(1, chunks), run)
+
+    def clear(self) -> None:
+        """Drop this process's decoded blocks (and those shared with its workers)."""
+        self.engine.clear()
+
+    def _dataset(self) -> h5py.Dataset:
+        # the window keeps decoded chunks itself: HDF5's cache would double the memory
+        return self.source.dataset(self.rows.key, chunk_cache=False)
