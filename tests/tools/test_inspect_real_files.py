@@ -10,6 +10,7 @@ import pytest
 
 from nn_handler._inspect import dataset as _inspect_dataset
 from nn_handler.cli import format_report, main
+from nn_handler.dataloaders import H5SparseDataset
 from nn_handler.h5inspect import inspect_file
 
 from helpers.real_files import (
@@ -182,8 +183,9 @@ def test_anndata_and_10x_sparse_groups(tmp_path, capsys):
     path = write_anndata(tmp_path)
     report, ds = inspect_json(path, capsys)
     (sparse,) = structures(report, "sparse-matrix")
-    assert sparse["usage"] == f'H5SparseDataset("{path}", group="X")'
+    assert sparse["usage"] == f"H5SparseDataset({str(path)!r}, label='cell_type')"
     assert "AnnData sparse matrix (CSR, 30x8)" in sparse["description"]
+    assert sparse["description"].endswith(" stored values")
     assert ds["X/data"]["role"] == ds["X/indices"]["role"] == "sparse-matrix"
     assert "'X/data'" not in candidates(report) and "'X/indices'" not in candidates(report)
     (cat,) = structures(report, "categorical")
@@ -191,7 +193,8 @@ def test_anndata_and_10x_sparse_groups(tmp_path, capsys):
     assert structures(report, "anndata")
     report, _ = inspect_json(write_sparse_10x(tmp_path), capsys)
     (tenx,) = structures(report, "sparse-matrix")
-    assert tenx["usage"].endswith('group="matrix")') and "10x Genomics" in tenx["description"]
+    assert tenx["usage"].startswith("H5SparseDataset(") and "10x Genomics" in tenx["description"]
+    assert len(eval(tenx["usage"], {"H5SparseDataset": H5SparseDataset})) > 0  # it reads
 
 
 @pytest.mark.slow

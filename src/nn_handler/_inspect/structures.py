@@ -24,6 +24,7 @@ from typing import Any
 import h5py
 
 from nn_handler._io.file.filters import filters_of
+from nn_handler._io.formats.sparse_layout import describe_layout, detect_layout
 from nn_handler._io.rows.keys import field_key
 
 __all__ = ["Structure", "detect", "is_dimension_scale", "pickled_names"]
@@ -194,14 +195,15 @@ def _sparse(group: h5py.Group, path: str, encoding: str, file_path: str) -> Stru
     dims = "x".join(str(int(s)) for s in shape) if shape is not None else "?"
     label = "AnnData" if encoding != "10x" else "10x Genomics"
     fmt = encoding.replace("_matrix", "").upper() if encoding != "10x" else "CSC"
-    name = path.strip("/") or "/"
-    return Structure(
-        path,
-        "sparse-matrix",
-        f"{label} sparse matrix ({fmt}, {dims}): data/indices/indptr are not samples on their own",
-        usage=f'H5SparseDataset("{file_path}", group="{name}")',
-        members=members,
+    text = (
+        f"{label} sparse matrix ({fmt}, {dims}): data/indices/indptr are not samples on their own"
     )
+    try:
+        layout = detect_layout(group.file, path.strip("/") or "/", file_path)
+    except (KeyError, ValueError) as exc:  # the message says why H5SparseDataset cannot read it
+        return Structure(path, "sparse-matrix", f"{text}; {exc}", members=members)
+    rows, usage = describe_layout(group.file, layout, file_path)
+    return Structure(path, "sparse-matrix", f"{text}; {rows}", usage=usage, members=members)
 
 
 def _categorical(group: h5py.Group, path: str) -> Structure:

@@ -32,7 +32,7 @@ __all__ = [
     "SparseLayout",
     "check_indptr",
     "constructor_call",
-    "describe_sparse",
+    "describe_layout",
     "detect_layout",
     "names_key",
     "read_names",
@@ -253,27 +253,18 @@ def constructor_call(path: str, layout: SparseLayout, label: str | None = None) 
     return f"H5SparseDataset({', '.join(args)})"
 
 
-def describe_sparse(path: str) -> list[str]:
-    """One line per sparse matrix in ``path``: shape, layout and the constructor to use.
+def describe_layout(f: h5py.File, layout: SparseLayout, path: str) -> tuple[str, str]:
+    """What ``nn-handler inspect`` says of ``layout``: its stored values, and the call to use.
 
-    Empty when the file holds none. A categorical ``obs`` column, when there is one, is offered
-    as ``label``.
+    A categorical ``obs`` column, when there is one, is offered as ``label``; a CSC matrix says
+    that it is served through a CSR copy next to the file.
     """
-    with h5py.File(path, "r") as f:
-        lines = []
-        for layout in sparse_layouts(f):
-            nnz = f[layout.data_key].shape[0] if f[layout.data_key].shape else 0
-            label = _first_categorical(f, layout)
-            note = (
-                " (served through a CSR copy next to the file)"
-                if not layout.rows_compressed
-                else ""
-            )
-            lines.append(
-                f"{layout.group}: {layout.encoding} {layout.n_rows} rows x {layout.n_cols} "
-                f"columns, {nnz} stored values{note} -> {constructor_call(path, layout, label)}"
-            )
-        return lines
+    data = f[layout.data_key]
+    nnz = data.shape[0] if data.shape else 0
+    note = "" if layout.rows_compressed else " (served through a CSR copy next to the file)"
+    return f"{nnz} stored values{note}", constructor_call(
+        path, layout, _first_categorical(f, layout)
+    )
 
 
 def _first_categorical(f: h5py.File, layout: SparseLayout) -> str | None:
