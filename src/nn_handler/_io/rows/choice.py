@@ -98,10 +98,8 @@ def _mapped(
     dset: h5py.Dataset, source: H5Source, rows: DatasetRows, layout: Layout
 ) -> MappedRows | None:
     """A memory map of unfiltered rows that h5py agrees with, or None."""
-    file = source.byte_source()
     if not (
         layout.fast_paths_allowed
-        and isinstance(file, Mappable)
         and dset.file.driver == "sec2"
         and not dset.is_virtual
         and not dset.dtype.hasobject
@@ -110,16 +108,19 @@ def _mapped(
     ):
         return None
     if layout.contiguous_offset is not None:
-        offsets = np.array([layout.contiguous_offset], dtype=np.int64)
-        mapped = MappedRows(rows, file, rows.length, offsets)
+        per, offsets = rows.length, np.array([layout.contiguous_offset], dtype=np.int64)
     elif layout.chunks is not None and dset.id.get_create_plist().get_nfilters() == 0:
         # the layout check made every unfiltered chunk exactly one chunk of bytes in the file
         blocks = layout.chunks.row_blocks(tuple(dset.shape), tuple(dset.chunks))
         if blocks is None:
             return None
-        mapped = MappedRows(rows, file, blocks.rows, blocks.offsets)
+        per, offsets = blocks.rows, blocks.offsets
     else:
         return None
+    file = source.byte_source()  # (made only for data a map can serve)
+    if not isinstance(file, Mappable):
+        return None
+    mapped = MappedRows(rows, file, per, offsets)
     probe = probe_rows(rows.length)
     agrees, _ = agrees_with_hdf5(dset, lambda _rows: mapped.gather(probe, False), probe)
     return mapped if agrees else None

@@ -66,12 +66,11 @@ class ChunkedRows(BaseRows):
 
     def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
         """See ``RowSource.read_chunks``: each chunk decoded once, in parallel, and kept."""
-        if self.engine.geometry.block_rows == self.rows.chunk_rows:
-            ids = sorted(set(chunks))
-            blocks = self.engine.read_blocks(self._dataset(), ids)
-            if blocks is not None:
-                by_id = dict(zip(ids, blocks, strict=True))
-                return [by_id[c] for c in chunks]
+        ids = sorted(set(chunks))  # (the engine's blocks are the dataset's chunks)
+        blocks = self.engine.read_blocks(self._dataset(), ids)
+        if blocks is not None:
+            by_id = dict(zip(ids, blocks, strict=True))
+            return [by_id[c] for c in chunks]
         if not chunks:
             return []
         # one batch read: the engine decodes each chunk once, in parallel, and keeps it
@@ -86,8 +85,7 @@ class ChunkedRows(BaseRows):
 
     def read_ahead(self, idx: IndexArray) -> None:
         """Start decoding the blocks rows ``idx`` need, in the pool (when reads release the GIL)."""
-        if self.engine.releases_gil:
-            self.engine.read_ahead(self._dataset(), idx)
+        self.engine.read_ahead(self._dataset(), idx)
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """See ``RowSource.plan_window``: the window's size in blocks, and its runs."""

@@ -47,7 +47,7 @@ class RowReader:
             )
         chunks = int(dset.chunks[0]) if dset.chunks else None
         shape = tuple(int(s) for s in dset.shape)
-        self.rows = DatasetRows(source.path, key, shape[0], shape[1:], dset.dtype, chunks)
+        self.rows = DatasetRows(key, shape[0], shape[1:], dset.dtype, chunks)
         self.length: int = self.rows.length
         self.row_shape: tuple[int, ...] = self.rows.row_shape
         self.dtype: np.dtype[Any] = self.rows.dtype

@@ -34,8 +34,7 @@ Strategy = Literal["memmap", "ranges", "decode", "chunks", "slabs"]
 class DatasetRows:
     """The rows of one dataset along axis 0: how many, their shape and dtype, rows per chunk."""
 
-    path: str
-    key: str
+    key: str  # the dataset's path in its file
     length: int
     row_shape: tuple[int, ...]
     dtype: np.dtype[Any]
