@@ -130,6 +130,8 @@ def test_snippet(snippet: Snippet, workdir: Path, capsys: pytest.CaptureFixture[
             timeout=DDP_TIMEOUT,
         )
         assert [rank["warnings"] for rank in ranks] == [[]] * len(ranks)
+        # the block ends its group as docs/training.md says: no gloo thread outlives it
+        assert [rank["gloo_threads"] for rank in ranks] == [[]] * len(ranks)
         if check:
             check(ranks, workdir)
         return

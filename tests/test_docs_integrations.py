@@ -19,6 +19,14 @@ from helpers.integrations import write_indexed
 DOC = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
 BLOCK = re.compile(r"(?:<!-- run: (?P<how>[^>]+?) -->\n)?```python\n(?P<code>.*?)```", re.DOTALL)
 NEEDS = {"lightning": "lightning", "accelerate": "accelerate", "torchdata": "torchdata"}
+# Appended to a torchrun snippet: it must end its process group as docs/training.md says, so that
+# no gloo worker thread is left to race Python's exit (which aborts the process by chance).
+GLOO_CHECK = """
+from helpers.ddp import gloo_threads as _gloo_threads
+if _gloo_threads():
+    raise SystemExit(f"gloo threads alive at the end of the snippet: {_gloo_threads()}")
+"""
+TESTS = Path(__file__).resolve().parent
 
 
 def _snippets() -> list[tuple[str, str]]:
@@ -50,8 +58,9 @@ def test_snippet_runs(tmp_path, index):
             pytest.importorskip(package)
     write_indexed(tmp_path / "data.h5", rows=403)
     script = tmp_path / f"snippet{index}.py"
-    script.write_text(code)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script.write_text(code + (GLOO_CHECK if how.startswith("torchrun") else ""))
+    paths = [str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]  # TESTS: GLOO_CHECK's
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(paths)}
     done = subprocess.run(
         _command(how, script), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=360
     )

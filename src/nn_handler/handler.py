@@ -7,8 +7,12 @@ epoch, and checkpoints that know where in the epoch they were taken.
 
 from __future__ import annotations
 
+import atexit
+import functools
+import gc
 import os
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -105,6 +109,11 @@ class NNHandler:
             if use_distributed
             else self._module
         )
+        self._closed = False
+        # a script that never calls close() still ends its group before Python shuts down
+        self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        if use_distributed:
+            atexit.register(self._close_at_exit)
         tty = sys.stderr.isatty() if progress is None else progress
         self._show_progress = self.world.is_main and tty
         self._reset()
@@ -278,6 +287,12 @@ class NNHandler:
         return evaluate(trainer, self.val_loader, self._show_progress)
 
     def _trainer(self, *, training: bool) -> Trainer:
+        if self._closed:
+            raise RuntimeError(
+                "this NNHandler was closed: close() ended its distributed training (the DDP "
+                "wrapper, and the process group if the handler started it); create a new "
+                "NNHandler to train or evaluate again"
+            )
         if self.loss_fn is None:
             raise RuntimeError("no loss function: call set_loss_fn(fn), e.g. nn.CrossEntropyLoss()")
         if training and self.train_loader is None:
@@ -340,7 +355,19 @@ class NNHandler:
     # -- lifetime --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Destroy the process group if this handler created it (safe to call twice)."""
+        """End distributed training: drop the DDP wrapper, then destroy the group this handler made.
+
+        Safe to call twice; a DDP handler not closed is closed when Python exits (``atexit``).
+        The wrapper goes first, and also when the group is the caller's (who destroys it after
+        this): it holds the group, and a group freed with the wrapper, or alive when Python
+        shuts down, can hang or abort the process in torch (docs/training.md, "Ending a
+        distributed script").
+        """
+        atexit.unregister(self._close_at_exit)
+        if self._model is not self._module:
+            self._model = self._module
+            self._closed = True
+            gc.collect()  # DDP sits in a reference cycle: free it, and its hold on the group, now
         if self._owns_group:
             _ddp.destroy_process_group()
             self._owns_group = False
@@ -357,6 +384,13 @@ class NNHandler:
             f"world={self.world.rank}/{self.world.world_size}, precision={self.precision}, "
             f"epoch={self.epoch}, global_step={self.global_step})"
         )
+
+
+def _close_at_exit(handler: weakref.ref[NNHandler]) -> None:
+    """``close()`` the handler at exit, if it is still alive (the registration holds no handler)."""
+    alive = handler()
+    if alive is not None:
+        alive.close()
 
 
 def _silent(_line: str) -> None:

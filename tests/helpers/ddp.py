@@ -48,6 +48,20 @@ STACKS_WAIT_S = 5.0
 REAP_S = 10.0
 
 
+def gloo_threads() -> list[str]:
+    """Names of this process's threads that torch's gloo backend started (Linux: ``/proc``).
+
+    A gloo group's worker threads live as long as the group, and one still releasing work when
+    Python shuts down can abort the process (docs/training.md, "Ending a distributed script"):
+    a script that ended its group as the docs say has none left.
+    """
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            names.append((task / "comm").read_text().strip())
+    return sorted(name for name in names if "gloo" in name)
+
+
 def free_port() -> int:
     """A TCP port that was free a moment ago (bind to port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

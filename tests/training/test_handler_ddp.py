@@ -1,16 +1,19 @@
 """NNHandler under DDP: 2 spawned CPU processes on a ``gloo`` group built from the environment."""
 
+import atexit
+import gc
 import warnings
 from collections import Counter
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from nn_handler import NNHandler
 from nn_handler.dataloaders import EpochShuffleSampler, H5LazyDataset
 
-from helpers.ddp import run_ddp
+from helpers.ddp import gloo_threads, run_ddp
 from helpers.handler import (
     Recorder,
     ShardedBlobs,
@@ -183,3 +186,58 @@ def test_mid_epoch_checkpoint_resumes_exactly_under_ddp(tmp_path):
             assert torch.equal(a, b)
         straight, resumed = result["history"]
         assert [r["train_loss"] for r in straight] == [r["train_loss"] for r in resumed]
+
+
+def _close_rank(train_path):
+    handler = _handler(Recorder())
+    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
+    handler.train(1)  # the optimizer, made after the group, imported torch._dynamo
+    running = gloo_threads()
+    gc.disable()  # what close() leaves, not what a chance collection would take
+    try:
+        handler.close()
+        left = gloo_threads()
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError) as refused:
+        handler.train(2)
+    return {
+        "running": running,
+        "left": left,
+        "group": dist.is_initialized(),
+        "refused": str(refused.value),
+    }
+
+
+def test_close_ends_the_group_and_its_threads(tmp_path):
+    # a gloo thread alive when Python shuts down can abort the process (docs/training.md,
+    # "Ending a distributed script"): close() leaves none, though the DDP wrapper held the group
+    # from a reference cycle and torch.distributed.nn.functional binds the world group late
+    path = write_blobs(tmp_path / "train.h5", 32)
+    for rank in run_ddp(_close_rank, 2, tmp_path / "out", path):
+        assert "pt_gloo_runloop" in rank["running"]
+        assert rank["left"] == []
+        assert not rank["group"]
+        assert "this NNHandler was closed" in rank["refused"]
+
+
+def _exit_rank(train_path):
+    handler = _handler(Recorder())
+    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
+    handler.train(1)
+    running = gloo_threads()
+    gc.disable()
+    try:
+        atexit._run_exitfuncs()  # what Python runs at exit, before it shuts down
+        left = gloo_threads()
+    finally:
+        gc.enable()
+    return {"running": running, "left": left, "group": dist.is_initialized()}
+
+
+def test_a_handler_never_closed_is_closed_at_exit(tmp_path):
+    path = write_blobs(tmp_path / "train.h5", 32)
+    for rank in run_ddp(_exit_rank, 2, tmp_path / "out", path):
+        assert "pt_gloo_runloop" in rank["running"]
+        assert rank["left"] == []
+        assert not rank["group"]

@@ -57,6 +57,7 @@ def ensure_process_group(
     backend = backend_for(device)
     if device.type == "cuda":  # NCCL binds each process to its GPU before the first collective
         torch.cuda.set_device(int(env.get("LOCAL_RANK", env["RANK"])))
+    _bind_world_late()
     dist.init_process_group(backend=backend)
     if log_fn is not None and dist.get_rank() == 0:
         log_fn(
@@ -65,6 +66,18 @@ def ensure_process_group(
             f"master {env['MASTER_ADDR']}:{env['MASTER_PORT']}"
         )
     return True
+
+
+def _bind_world_late() -> None:
+    """Import ``torch.distributed.nn.functional`` while no process group exists.
+
+    Its functions take ``group.WORLD`` as a default argument, bound when the module is first
+    imported, and torch imports it late (``torch._dynamo`` does, with the first optimizer).
+    Imported after ``init_process_group`` it would hold the group to the end of the process, and
+    ``close()`` could not stop gloo's worker threads (docs/training.md, "Ending a distributed
+    script"). Imported now, the defaults are None: the default group at call time.
+    """
+    import torch.distributed.nn.functional  # noqa: F401  (imported for what it binds)
 
 
 def join(
