@@ -12,6 +12,7 @@ import functools
 import gc
 import os
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -364,10 +365,20 @@ class NNHandler:
         distributed script").
         """
         atexit.unregister(self._close_at_exit)
-        if self._model is not self._module:
-            self._model = self._module
+        if self._model is not self._module and not self._closed:
             self._closed = True
-            gc.collect()  # DDP sits in a reference cycle: free it, and its hold on the group, now
+            if _ddp.group_exists():
+                self._model = self._module
+                gc.collect()  # DDP sits in a reference cycle: free it, and its hold on the group
+            else:  # freed now, the wrapper would free the group itself, holding the GIL
+                warnings.warn(
+                    "NNHandler.close(): the process group was destroyed before the handler was "
+                    "closed; its DDP wrapper, which still holds the group, is left to the end of "
+                    "the process, where torch can abort it. Call close() before "
+                    "destroy_process_group() (docs/training.md, 'Ending a distributed script')",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         if self._owns_group:
             _ddp.destroy_process_group()
             self._owns_group = False

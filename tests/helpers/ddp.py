@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import faulthandler
+import gc
 import multiprocessing
 import os
 import signal
@@ -271,4 +272,8 @@ def _entry(
         raise
     finally:
         if dist.is_initialized():
+            # a DDP wrapper fn left behind goes first (it holds the group, from a reference
+            # cycle): freed after the group, it would free the group itself, holding the GIL
+            # while gloo's threads stop, and torch can hang there (docs/training.md, the end)
+            gc.collect()
             dist.destroy_process_group()

@@ -241,3 +241,27 @@ def test_a_handler_never_closed_is_closed_at_exit(tmp_path):
         assert "pt_gloo_runloop" in rank["running"]
         assert rank["left"] == []
         assert not rank["group"]
+
+
+def _destroyed_first_rank(train_path):
+    handler = _handler(Recorder())
+    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
+    handler.train(1)
+    dist.barrier()
+    dist.destroy_process_group()  # the wrong order: before close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handler.close()
+        handler.close()  # said once
+    return {
+        "warnings": [str(w.message) for w in caught if w.category is RuntimeWarning],
+        "wrapper kept": type(handler._model).__name__,
+    }
+
+
+def test_close_after_the_group_was_destroyed_warns_and_keeps_the_wrapper(tmp_path):
+    path = write_blobs(tmp_path / "train.h5", 32)
+    for rank in run_ddp(_destroyed_first_rank, 2, tmp_path / "out", path):
+        [message] = rank["warnings"]
+        assert "Call close() before destroy_process_group()" in message
+        assert rank["wrapper kept"] == "DistributedDataParallel"

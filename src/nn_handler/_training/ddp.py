@@ -96,9 +96,14 @@ def join(
     return owns, world, bind_local_device(parsed, world.local_rank)
 
 
+def group_exists() -> bool:
+    """Whether a default process group exists (and was not destroyed)."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def destroy_process_group() -> None:
     """Tear the default process group down (when one exists)."""
-    if dist.is_available() and dist.is_initialized():
+    if group_exists():
         dist.destroy_process_group()
 
 
