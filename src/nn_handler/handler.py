@@ -12,12 +12,12 @@ import functools
 import gc
 import os
 import sys
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -105,11 +105,11 @@ class NNHandler:
         self._log = log_fn if log_fn is not None and self.world.is_main else _silent
         self.precision = resolve_precision(mixed_precision, self.device)
         self._module = build_model(model_class, model_kwargs).to(self.device)
-        self._model = (
-            _ddp.wrap_ddp(self._module, self.device, dict(ddp_kwargs or {}))
-            if use_distributed
-            else self._module
-        )
+        self._model: nn.Module = self._module
+        self._group: dist.ProcessGroup | None = None
+        if use_distributed:
+            self._model = _ddp.wrap_ddp(self._module, self.device, dict(ddp_kwargs or {}))
+            self._group = _ddp.hold_group(self._model)
         self._closed = False
         # a script that never calls close() still ends its group before Python shuts down
         self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -358,27 +358,19 @@ class NNHandler:
     def close(self) -> None:
         """End distributed training: drop the DDP wrapper, then destroy the group this handler made.
 
-        Safe to call twice; a DDP handler not closed is closed when Python exits (``atexit``).
-        The wrapper goes first, and also when the group is the caller's (who destroys it after
-        this): it holds the group, and a group freed with the wrapper, or alive when Python
-        shuts down, can hang or abort the process in torch (docs/training.md, "Ending a
-        distributed script").
+        Safe to call twice, and after the group was destroyed; a DDP handler not closed is
+        closed when Python exits (``atexit``). The wrapper goes first, and also when the group
+        is the caller's (who destroys it after this): it holds the group, and a group freed with
+        the wrapper, or alive when Python shuts down, can hang or abort the process in torch
+        (docs/training.md, "Ending a distributed script").
         """
         atexit.unregister(self._close_at_exit)
-        if self._model is not self._module and not self._closed:
+        if self._group is not None:
+            self._model = self._module
             self._closed = True
-            if _ddp.group_exists():
-                self._model = self._module
-                gc.collect()  # DDP sits in a reference cycle: free it, and its hold on the group
-            else:  # freed now, the wrapper would free the group itself, holding the GIL
-                warnings.warn(
-                    "NNHandler.close(): the process group was destroyed before the handler was "
-                    "closed; its DDP wrapper, which still holds the group, is left to the end of "
-                    "the process, where torch can abort it. Call close() before "
-                    "destroy_process_group() (docs/training.md, 'Ending a distributed script')",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            gc.collect()  # DDP sits in a reference cycle: free it while the group is held here
+            _ddp.release_group(self._group)
+            self._group = None  # a group destroyed already ends here, through its Python handle
         if self._owns_group:
             _ddp.destroy_process_group()
             self._owns_group = False

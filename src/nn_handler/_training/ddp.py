@@ -6,6 +6,7 @@ unconditionally.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -96,14 +97,9 @@ def join(
     return owns, world, bind_local_device(parsed, world.local_rank)
 
 
-def group_exists() -> bool:
-    """Whether a default process group exists (and was not destroyed)."""
-    return dist.is_available() and dist.is_initialized()
-
-
 def destroy_process_group() -> None:
     """Tear the default process group down (when one exists)."""
-    if group_exists():
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -144,7 +140,33 @@ def barrier(world: World) -> None:
 
 def wrap_ddp(
     module: torch.nn.Module, device: torch.device, options: Mapping[str, Any]
-) -> torch.nn.Module:
+) -> DistributedDataParallel:
     """``DistributedDataParallel(module)`` on ``device`` (its parameters broadcast from rank 0)."""
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=device_ids, **options)
+
+
+def hold_group(wrapper: DistributedDataParallel) -> dist.ProcessGroup:
+    """Hold the wrapper's process group here until ``release_group``: the wrapper never frees it.
+
+    A group freed by its DDP wrapper is freed with the GIL held, and gloo then waits for its
+    worker threads, one of which may be waiting for the GIL: the process hangs (docs/training.md,
+    "Ending a distributed script"). Freed through its Python handle, as ``release_group`` or
+    ``destroy_process_group`` free it, the group lets go of the GIL while it waits.
+    """
+    group: dist.ProcessGroup = wrapper.process_group
+    _HELD.append(group)
+    return group
+
+
+def release_group(group: dist.ProcessGroup) -> None:
+    """Let go of a group ``hold_group`` held, once its wrapper is gone (a destroyed group ends)."""
+    for index, held in enumerate(_HELD):
+        if held is group:
+            del _HELD[index]
+            return
+
+
+# The groups hold_group holds; the rest go at exit, before Python shuts down.
+_HELD: list[dist.ProcessGroup] = []
+atexit.register(_HELD.clear)
