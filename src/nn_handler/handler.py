@@ -107,13 +107,12 @@ class NNHandler:
         self._module = build_model(model_class, model_kwargs).to(self.device)
         self._model: nn.Module = self._module
         self._group: dist.ProcessGroup | None = None
+        self._closed = False
+        self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         if use_distributed:
             self._model = _ddp.wrap_ddp(self._module, self.device, dict(ddp_kwargs or {}))
             self._group = _ddp.hold_group(self._model)
-        self._closed = False
-        # a script that never calls close() still ends its group before Python shuts down
-        self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self))
-        if use_distributed:
+            # a script that never calls close() still ends its group before Python shuts down
             atexit.register(self._close_at_exit)
         tty = sys.stderr.isatty() if progress is None else progress
         self._show_progress = self.world.is_main and tty

@@ -188,17 +188,28 @@ def test_mid_epoch_checkpoint_resumes_exactly_under_ddp(tmp_path):
         assert [r["train_loss"] for r in straight] == [r["train_loss"] for r in resumed]
 
 
-def _close_rank(train_path):
+def _trained(train_path):
     handler = _handler(Recorder())
     handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
     handler.train(1)  # the optimizer, made after the group, imported torch._dynamo
+    return handler
+
+
+def _threads_left_by(end):
+    """gloo's threads before and right after ``end()``, with collection off: what ``end`` leaves,
+    not what a chance collection would take."""
     running = gloo_threads()
-    gc.disable()  # what close() leaves, not what a chance collection would take
+    gc.disable()
     try:
-        handler.close()
-        left = gloo_threads()
+        end()
+        return running, gloo_threads()
     finally:
         gc.enable()
+
+
+def _close_rank(train_path):
+    handler = _trained(train_path)
+    running, left = _threads_left_by(handler.close)
     with pytest.raises(RuntimeError) as refused:
         handler.train(2)
     return {
@@ -222,16 +233,9 @@ def test_close_ends_the_group_and_its_threads(tmp_path):
 
 
 def _exit_rank(train_path):
-    handler = _handler(Recorder())
-    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
-    handler.train(1)
-    running = gloo_threads()
-    gc.disable()
-    try:
-        atexit._run_exitfuncs()  # what Python runs at exit, before it shuts down
-        left = gloo_threads()
-    finally:
-        gc.enable()
+    handler = _trained(train_path)  # never closed
+    running, left = _threads_left_by(atexit._run_exitfuncs)  # what Python runs at exit
+    del handler
     return {"running": running, "left": left, "group": dist.is_initialized()}
 
 
@@ -244,30 +248,19 @@ def test_a_handler_never_closed_is_closed_at_exit(tmp_path):
 
 
 def _destroyed_first_rank(train_path):
-    handler = _handler(Recorder())
-    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
-    handler.train(1)
+    handler = _trained(train_path)
     dist.destroy_process_group()  # before close(): the wrapper still holds the group
-    running = gloo_threads()
-    gc.disable()
-    try:
-        handler.close()
-        left = gloo_threads()
-    finally:
-        gc.enable()
+    running, left = _threads_left_by(handler.close)
     return {"running": running, "left": left}
 
 
 def _dropped_unclosed_rank(train_path):
-    handler = _handler(Recorder())
-    handler.set_train_loader(H5LazyDataset(train_path, "x", "y"), batch_size=8)
-    handler.train(1)
+    handler = _trained(train_path)
     dist.destroy_process_group()
     del handler  # never closed: the wrapper goes, and must not free the group itself
     gc.collect()
-    running = gloo_threads()
-    atexit._run_exitfuncs()
-    return {"running": running, "left": gloo_threads()}
+    running, left = _threads_left_by(atexit._run_exitfuncs)
+    return {"running": running, "left": left}
 
 
 @pytest.mark.parametrize("rank_fn", [_destroyed_first_rank, _dropped_unclosed_rank])
