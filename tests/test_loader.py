@@ -1,9 +1,18 @@
+import typing
+
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import Dataset, Sampler, SequentialSampler
 
-from nn_handler.dataloaders import BatchedDataset, EpochBatchSampler, H5LazyDataset, batched_loader
+from nn_handler.dataloaders import (
+    BatchedDataset,
+    EpochBatchSampler,
+    H5LazyDataset,
+    SafeStartDataLoader,
+    batched_loader,
+    create_optimized_dataloader,
+)
 
 from helpers.files import images
 
@@ -41,6 +50,20 @@ def test_batches_are_stacked_by_the_dataset(ds):
     np.testing.assert_array_equal(batches[1][0].numpy(), images(23)[5:10])
     assert len(loader) == 5
     assert len(batched_loader(ds, 5, drop_last=True)) == 4
+
+
+def test_the_loader_type_is_generic_like_dataloader(ds, make_h5):
+    def first(loader: SafeStartDataLoader[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return next(iter(loader))[0]
+
+    alias = SafeStartDataLoader[torch.Tensor]
+    assert typing.get_origin(alias) is SafeStartDataLoader
+    assert typing.get_args(alias) == (torch.Tensor,)
+    loader = batched_loader(ds, 4)
+    assert isinstance(loader, SafeStartDataLoader)
+    assert first(loader).shape == (4, 3, 4)
+    combined = create_optimized_dataloader(make_h5({"fhr_st": images(8)}), 4, num_workers=0)
+    assert isinstance(combined, SafeStartDataLoader)
 
 
 def test_sampler_order_and_set_epoch_are_forwarded(ds):

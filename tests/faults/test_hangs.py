@@ -21,6 +21,8 @@ import h5py
 import numpy as np
 import pytest
 
+from helpers.load import cpu_burners
+
 pytestmark = pytest.mark.slow
 
 CONTEXTS = ["fork", "spawn", "forkserver"]
@@ -80,13 +82,8 @@ if __name__ == "__main__":
 @pytest.fixture
 def burners() -> Iterator[None]:
     """Two processes spinning on the CPU for as long as the test runs."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
-    try:
+    with cpu_burners(2):
         yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(10)
 
 
 def _run(argv: list[str]) -> tuple[str, float]:

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers.load import cpu_burners
+
 pytestmark = [pytest.mark.stress, pytest.mark.slow]
 
 LOOPS = int(os.environ.get("NN_HANDLER_STRESS_LOOPS", "8"))
@@ -67,16 +69,51 @@ except FileChangedError:
 """
 
 
+# The layouts reported failing under load: chunked, compressed, never written (fill value only),
+# read through every H5LazyDataset path with the real h5py, in the decode pool's threads.
+_UNWRITTEN = """
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset, batched_loader
+
+folder = sys.argv[1]
+LAYOUTS = [
+    ("latest", "<f4", dict(maxshape=(None, 3), compression="gzip", shuffle=True)),
+    ("earliest", ">u4", dict(compression="gzip", shuffle=True, fletcher32=True)),
+    ("v110", ">f2", dict(compression="gzip")),
+]
+idx = [5, 40, 17, 63, 0]
+for k, (libver, dtype, kw) in enumerate(LAYOUTS):
+    path = f"{folder}/{k}.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_dataset("x", (64, 3), dtype, chunks=(8, 3), fillvalue=3, **kw)
+    with h5py.File(path) as f:
+        want = f["x"][()].astype(np.dtype(dtype).newbyteorder("="))
+    ds = H5LazyDataset(path, "x")
+    order = list(ChunkShuffleSampler(ds, seed=1))
+    pairs = [
+        (ds[idx], want[idx]),
+        (ds[3:60:7], want[3:60:7]),
+        (ds[::-1], want[::-1]),
+        (torch.stack(ds.__getitems__(idx)), want[idx]),
+        (H5LazyDataset(path, "x", x_dtype=np.float64)[idx], want[idx].astype(np.float64)),
+        (torch.cat(list(batched_loader(ds, 16, sampler=ChunkShuffleSampler(ds, seed=1)))),
+         want[order]),
+    ]
+    for n, (got, expected) in enumerate(pairs):
+        assert got.numpy().tobytes() == expected.tobytes(), (libver, dtype, n)
+print("same")
+"""
+
+
 @pytest.fixture
 def burners():
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(len(os.sched_getaffinity(0)))
-    ]
-    yield
-    for proc in procs:
-        proc.kill()
-        proc.wait(timeout=30)
+    with cpu_burners(len(os.sched_getaffinity(0))):
+        yield
 
 
 def _run_bounded(script: str, folder) -> tuple[float, str]:
@@ -106,3 +143,13 @@ def test_a_file_replaced_between_epochs_raises_within_the_bound_under_load(tmp_p
         results.append(_run_bounded(_REPLACED, folder))
     slow = [(i, r) for i, r in enumerate(results) if r[0] >= BOUND_S or r[1] != "raised"]
     assert slow == [], f"{len(slow)} of {LOOPS} loops: {slow}"
+
+
+def test_chunks_never_written_read_as_the_fill_value_under_load(tmp_path, burners):
+    results = []
+    for loop in range(LOOPS):
+        folder = tmp_path / str(loop)
+        folder.mkdir()
+        results.append(_run_bounded(_UNWRITTEN, folder))
+    wrong = [(i, r) for i, r in enumerate(results) if r[0] >= BOUND_S or r[1] != "same"]
+    assert wrong == [], f"{len(wrong)} of {LOOPS} loops: {wrong}"

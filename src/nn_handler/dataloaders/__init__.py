@@ -38,7 +38,13 @@ from .combined_h5_dataset import CombinedHDF5Dataset, create_optimized_dataloade
 from .h5_dataloader import H5LazyDataset, h5_worker_init_fn
 from .h5_sample_dataset import H5SampleDataset, pad_collate
 from .h5_sparse_dataset import H5SparseDataset
-from .loader import BatchedDataset, EpochBatchSampler, batched_loader, fit_chunk_cache
+from .loader import (
+    BatchedDataset,
+    EpochBatchSampler,
+    SafeStartDataLoader,
+    batched_loader,
+    fit_chunk_cache,
+)
 from .prefetch import DevicePrefetcher
 from .rank_cached_h5_dataloader import RankMemCachedH5Dataset
 from .samplers import (
@@ -82,6 +88,7 @@ __all__ = [
     "STATE_CONSUMED",
     "STATE_EPOCH",
     "STATE_SEED",
+    "SafeStartDataLoader",
     "ShardEpochSampler",
     "ShardSampler",
     "SplitsRanks",

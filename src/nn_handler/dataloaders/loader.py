@@ -58,7 +58,13 @@ from ._tensors.batch_ring import RING_SLOTS, pack_batch, set_ring_slots
 from ._tensors.shared_memory import in_worker_process
 from .samplers import EpochShuffleSampler
 
-__all__ = ["BatchedDataset", "EpochBatchSampler", "batched_loader", "fit_chunk_cache"]
+__all__ = [
+    "BatchedDataset",
+    "EpochBatchSampler",
+    "SafeStartDataLoader",
+    "batched_loader",
+    "fit_chunk_cache",
+]
 
 _LOG = logging.getLogger(__name__)
 _BIG_CACHE = 1024**3  # above this per key and worker, growing the cache deserves a warning

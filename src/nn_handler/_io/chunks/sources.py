@@ -11,7 +11,8 @@ dataset is decided with the rest of how its rows are read, in ``rows/choice.py``
   threads read and decode in parallel. Chunks that hold whole rows, in a file on disk.
 * ``DirectChunks``: raw chunks read with h5py's ``read_direct_chunk`` (one per tile when
   chunks split rows), decoded by the same pipeline in the decode pool. Chunks never written
-  serve HDF5's fill value through h5py.
+  (the walked chunk index does not list them) serve HDF5's fill value through h5py: h5py is
+  never asked for their raw bytes (``file/chunk_walk.read_direct_chunk`` says why).
 * ``H5pyBlocks``: h5py decodes the block itself, under its lock (filters we do not decode, or
   data whose stored bytes are not its values).
 
@@ -34,7 +35,7 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptFileError
-from ..file.chunk_walk import chunk_info_at, read_direct_chunk
+from ..file.chunk_walk import WrittenChunks, read_direct_chunk
 from ..storage.byte_source import LocalFile
 from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
 from .pool import run_parallel
@@ -326,15 +327,23 @@ class TableChunks(_Blocks):
 
 
 class DirectChunks(_Blocks):
-    """Raw chunks read by h5py's ``read_direct_chunk`` (tile by tile), decoded by the pipeline."""
+    """Raw chunks read by h5py's ``read_direct_chunk`` (tile by tile), decoded by the pipeline.
+
+    ``written`` says which chunks hold bytes; the others are HDF5's fill value.
+    """
 
     decodes = True
     releases_gil = False
 
     def __init__(
-        self, geometry: Geometry, chunks: tuple[int, ...], pipeline: ChunkPipeline
+        self,
+        geometry: Geometry,
+        chunks: tuple[int, ...],
+        pipeline: ChunkPipeline,
+        written: WrittenChunks,
     ) -> None:
         self.geometry, self.chunks, self.pipeline = geometry, chunks, pipeline
+        self.written = written
         self._tiles = _tiles(geometry.row_shape, chunks[1:])
 
     def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
@@ -354,24 +363,25 @@ class DirectChunks(_Blocks):
             return None
         offset = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
         try:
-            mask, raw = read_direct_chunk(dset.id, offset)
+            found = read_direct_chunk(dset.id, offset, self.written)
         except (RuntimeError, OSError):
-            return None  # unwritten or unreadable: the whole block says which
+            return None  # unreadable: the whole block says why
+        if found is None:
+            return None  # unwritten: the whole block serves the fill value
+        mask, raw = found
         return _head(self.geometry, self.pipeline, np.frombuffer(raw, np.uint8), mask, rows)
 
     def _fill_tile(
         self, dset: h5py.Dataset, offset: tuple[int, ...], dest: np.ndarray[Any, Any]
     ) -> None:
         try:
-            mask, raw = read_direct_chunk(dset.id, offset)
-        except (RuntimeError, MemoryError, OSError) as exc:
-            # h5py raises MemoryError or OSError when the dataset has no chunk at all
-            if not _unwritten(dset.id, offset):
-                if isinstance(exc, MemoryError):
-                    raise
-                raise self.geometry.corrupt(offset, exc) from exc
+            found = read_direct_chunk(dset.id, offset, self.written)
+        except (RuntimeError, OSError) as exc:  # a chunk the index lists, unreadable
+            raise self.geometry.corrupt(offset, exc) from exc
+        if found is None:
             dest[...] = dset[_selection(offset, dest.shape)]  # HDF5 serves the fill value
             return
+        mask, raw = found
         whole = dest.flags.c_contiguous and dest.nbytes == self.pipeline.chunk_nbytes
         chunk = dest if whole else np.empty(self.chunks, self.geometry.dtype)
         try:
@@ -441,14 +451,6 @@ def _head(
     if head is None:
         return None
     return head.view(geometry.dtype).reshape(rows, *geometry.row_shape)
-
-
-def _unwritten(dset_id: Any, offset: tuple[int, ...]) -> bool:
-    """True when the chunk at ``offset`` was never written (HDF5 serves the fill value)."""
-    try:
-        return chunk_info_at(dset_id, offset).byte_offset is None
-    except (RuntimeError, OSError, ValueError) as exc:
-        return "not initialized" in str(exc) or "not allocated" in str(exc)
 
 
 def _selection(offset: tuple[int, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:

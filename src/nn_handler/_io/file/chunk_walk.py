@@ -11,6 +11,7 @@ next process on the node loads it instead of walking again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -21,6 +22,8 @@ from ..errors import CorruptFileError, DataFileError
 from ..storage.chunk_index import ChunkIndex
 
 __all__ = [
+    "ASK_HDF5",
+    "WrittenChunks",
     "chunk_address_base",
     "chunk_info_at",
     "read_chunk_index",
@@ -113,15 +116,57 @@ def chunk_address_base(dset: h5py.Dataset) -> int:
     return int(dset.file.userblock_size)
 
 
-def read_direct_chunk(dset_id: Any, offset: tuple[int, ...]) -> tuple[int, bytes]:
-    """``dset_id.read_direct_chunk(offset)`` under h5py's global lock.
+@dataclass(frozen=True)
+class WrittenChunks:
+    """Which chunks of a dataset hold bytes (the others are HDF5's fill value).
+
+    ``index``: the walked chunk index (None: ask HDF5 about each chunk, whose lookup by
+    coordinates walks the whole index, O(chunks) a call: for one-off reads only).
+    ``may_grow``: a SWMR writer may have written chunks since the walk, so a chunk the index
+    does not list is asked of HDF5 before it is served as the fill value.
+    """
+
+    index: ChunkIndex | None
+    may_grow: bool = False
+
+    def __call__(self, dset_id: Any, offset: tuple[int, ...]) -> bool:
+        """True when the chunk whose first element is ``offset`` was written."""
+        if self.index is not None:
+            if self.index.holds(offset):
+                return True
+            if not self.may_grow:
+                return False
+        return chunk_info_at(dset_id, offset).byte_offset is not None
+
+
+ASK_HDF5 = WrittenChunks(None)
+
+
+def read_direct_chunk(
+    dset_id: Any, offset: tuple[int, ...], written: WrittenChunks
+) -> tuple[int, bytes] | None:
+    """The raw chunk at ``offset`` and its filter mask; None when it was never written.
+
+    h5py's ``read_direct_chunk`` sizes its buffer with ``H5Dget_chunk_storage_size``, which
+    leaves the size unset for a chunk never written: h5py then allocates whatever number its
+    stack held, and fails with ``MemoryError``, or ``SystemError`` ("Negative size passed to
+    PyBytes_FromStringAndSize"), by chance (more often on a thread of a busy process). So h5py
+    is asked only for a chunk that ``written`` says holds bytes.
 
     h5py before 3.16 (h5py/h5py#2764) called HDF5 here without its lock: two decode threads
     reading raw chunks at once crashed the process (seen with h5py 3.10). The lock is
     re-entrant, so newer h5py, which takes it itself, pays nothing extra.
     """
+    if not written(dset_id, offset):
+        return None
     with phil:
-        mask, raw = dset_id.read_direct_chunk(offset)
+        mask, raw = _h5py_read_direct_chunk(dset_id, offset)
+    return int(mask), raw
+
+
+def _h5py_read_direct_chunk(dset_id: Any, offset: tuple[int, ...]) -> tuple[int, bytes]:
+    # the one call of h5py's read_direct_chunk (tests replace it with a strict stand-in)
+    mask, raw = dset_id.read_direct_chunk(offset)
     return int(mask), raw
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DataFileError
 from ..indices import IndexArray
-from .chunk_walk import read_direct_chunk
+from .chunk_walk import WrittenChunks, read_direct_chunk
 
 __all__ = ["agrees_with_hdf5", "probe_rows", "raw_chunk_agrees"]
 
@@ -61,6 +61,7 @@ def raw_chunk_agrees(
     dset: h5py.Dataset,
     coords: tuple[int, ...],
     read: Callable[[], tuple[np.ndarray[Any, Any], int]],
+    written: WrittenChunks,
 ) -> bool:
     """Whether our raw read of the chunk at ``coords`` gives HDF5's raw bytes and filter mask.
 
@@ -72,9 +73,13 @@ def raw_chunk_agrees(
         dset: The dataset, whose raw chunk h5py reads for the reference.
         coords: The chunk's first element.
         read: The fast path: returns the chunk's raw bytes (uint8) and its filter mask.
+        written: Which chunks hold bytes (a chunk never written has no raw bytes to compare).
     """
     try:
-        mask, raw = read_direct_chunk(dset.id, coords)
+        found = read_direct_chunk(dset.id, coords, written)
+        if found is None:
+            return False
+        mask, raw = found
         ours, our_mask = read()
     except DataFileError:
         raise

@@ -36,7 +36,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..file.chunk_walk import read_direct_chunk
+from ..file.chunk_walk import ASK_HDF5, read_direct_chunk
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..rows.reader import RowReader
@@ -136,10 +136,9 @@ def _edge_bytes(dset: h5py.Dataset) -> bytes:
     rows = int(dset.chunks[0])
     parts = []
     for first in sorted({0, (n - 1) // rows * rows}):
-        try:
-            parts.append(bytes(read_direct_chunk(dset.id, (first,))[1]))
-        except (OSError, RuntimeError):  # an unwritten chunk: hash what HDF5 serves
-            parts.append(dset[first : first + rows].tobytes())
+        found = read_direct_chunk(dset.id, (first,), ASK_HDF5)
+        # an unwritten chunk: hash what HDF5 serves
+        parts.append(dset[first : first + rows].tobytes() if found is None else found[1])
     return b"".join(parts)
 
 

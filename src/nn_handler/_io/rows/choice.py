@@ -34,6 +34,7 @@ from ..chunks.codecs import pipeline_for
 from ..chunks.engine import ChunkEngine
 from ..chunks.sources import BlockSource, DirectChunks, Geometry, H5pyBlocks, TableChunks
 from ..chunks.table import ChunkTable
+from ..file.chunk_walk import WrittenChunks, read_chunk_index
 from ..file.layout import Layout, inspect_layout
 from ..file.source import H5Source
 from ..file.verify import agrees_with_hdf5, probe_rows, raw_chunk_agrees
@@ -88,10 +89,13 @@ def block_source(
     pipeline = pipeline_for(dset) if decode else None
     if pipeline is None:
         return H5pyBlocks(geometry)
+    if index is None:
+        index = read_chunk_index(dset, f"dataset {dset.name!r} of {source.path!r}")
     table = _chunk_table(dset, source, index)
     if table is not None:
         return TableChunks(geometry, table, pipeline)
-    return DirectChunks(geometry, chunks, pipeline)
+    written = WrittenChunks(index, may_grow=source.may_grow or source.swmr_mode)
+    return DirectChunks(geometry, chunks, pipeline, written)
 
 
 def _mapped(
@@ -142,20 +146,18 @@ def _ranged(
     return ranged if agrees else None
 
 
-def _chunk_table(
-    dset: h5py.Dataset, source: H5Source, index: ChunkIndex | None
-) -> ChunkTable | None:
+def _chunk_table(dset: h5py.Dataset, source: H5Source, index: ChunkIndex) -> ChunkTable | None:
     """The chunk table: chunks of whole rows, all written, in a file on disk or in a store."""
     remote = source.byte_source() if source.is_remote else None
     if remote is None and (not source.is_path or dset.file.driver != "sec2"):
         return None
     table = ChunkTable.build(dset, remote if remote is not None else source.path, index)
-    if table is None or not _hdf5_agrees(dset, table):
+    if table is None or not _hdf5_agrees(dset, table, index):
         return None
     return table
 
 
-def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable) -> bool:
+def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable, index: ChunkIndex) -> bool:
     """True when HDF5 serves the chunk furthest into the file with the raw bytes we would read.
 
     ``pread`` reads whatever the table says; HDF5 also checks addresses against the end of the
@@ -165,6 +167,6 @@ def _hdf5_agrees(dset: h5py.Dataset, table: ChunkTable) -> bool:
     block = int(np.argmax(table.offsets + table.sizes))
     coords = (block * int(dset.chunks[0]), *(0 for _ in dset.shape[1:]))
     try:
-        return raw_chunk_agrees(dset, coords, lambda: table.read(block))
+        return raw_chunk_agrees(dset, coords, lambda: table.read(block), WrittenChunks(index))
     finally:
         table.close()  # construction leaves no descriptor open: the reading process opens one

@@ -8,6 +8,7 @@ sources keep one (a URL with a node-local cache saves the walked index beside it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -26,6 +27,22 @@ class ChunkIndex:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def holds(self, offset: tuple[int, ...]) -> bool:
+        """True when the chunk whose first element is ``offset`` is in the index (written)."""
+        keys = self._sorted_keys
+        probe = _as_keys(np.array([offset], dtype=np.int64))
+        if len(keys) == 0 or probe.dtype != keys.dtype:
+            return False
+        at = int(np.searchsorted(keys, probe)[0])
+        return at < len(keys) and bool(keys[at] == probe[0])
+
+    @cached_property
+    def _sorted_keys(self) -> np.ndarray[Any, Any]:
+        # each entry's coordinates as one opaque key, sorted: a lookup is a binary search in
+        # NumPy, with no per-chunk Python objects (a dict of tuples would cost ~150 bytes a
+        # chunk, copied into every forked worker as its refcounts are written)
+        return np.sort(_as_keys(self.coords))
 
     def row_blocks(self, shape: tuple[int, ...], chunks: tuple[int, ...]) -> RowBlocks | None:
         """The chunks as blocks of rows: entry ``b`` holds rows ``[b * rows, (b + 1) * rows)``.
@@ -49,6 +66,12 @@ class ChunkIndex:
         if np.any(offsets < 0):
             return None
         return RowBlocks(rows, offsets, sizes, masks)
+
+
+def _as_keys(coords: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Rows of ``coords`` (n, ndim) as n opaque keys (ordered bytewise, compared exactly)."""
+    rows = np.ascontiguousarray(coords, dtype=np.int64)
+    return rows.view(np.dtype((np.void, 8 * rows.shape[1]))).reshape(-1)
 
 
 @runtime_checkable

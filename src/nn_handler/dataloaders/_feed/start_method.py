@@ -27,7 +27,7 @@ from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed
@@ -38,14 +38,18 @@ from .worker_iter import worker_iterator
 
 __all__ = ["SafeStartDataLoader", "other_threads", "worker_context"]
 
+T_co = TypeVar("T_co", covariant=True)
+
 _LOG = logging.getLogger("nn_handler.dataloaders")
 _OURS = "nn_handler-"  # the name prefix of every thread this package starts
 _PRELOAD = "nn_handler.dataloaders"
 _said: set[str] = set()
 
 
-class SafeStartDataLoader(DataLoader[Any]):
+class SafeStartDataLoader(DataLoader[T_co]):
     """A ``DataLoader`` that picks its workers' start method when they start.
+
+    Generic like ``DataLoader``: ``SafeStartDataLoader[torch.Tensor]`` is a loader of tensors.
 
     With no ``multiprocessing_context`` given, each start of the workers (every epoch, or once
     with ``persistent_workers``) asks ``worker_context``: torch's default, or forkserver while
