@@ -106,11 +106,17 @@ def index_type(dset: h5py.Dataset) -> str:
 
 @functools.cache
 def _hdf5() -> ctypes.CDLL:
-    """The HDF5 library h5py loaded (this process's map names its file)."""
+    """The HDF5 library h5py loaded (this process's map names its file).
+
+    Other packages bring their own copy (PyTables' wheels do): h5py's is the one in its
+    package's library folder, where it has one.
+    """
+    found = []
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.split()[-1]
             base = path.rsplit("/", 1)[-1]
             if base.startswith("libhdf5") and not base.startswith("libhdf5_hl"):
-                return ctypes.CDLL(path)
-    raise AssertionError("h5py's HDF5 library is not among this process's mapped files")
+                found.append(path)
+    assert found, "h5py's HDF5 library is not among this process's mapped files"
+    return ctypes.CDLL(next((p for p in found if "h5py" in p), found[0]))
