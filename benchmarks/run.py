@@ -13,6 +13,10 @@ on W1, W2 and a small gzip file, the main process's CPU per batch and a CPU trai
 workers); ``--gpu [--n 200000] [--seconds 3] [--gpu-workers 4,8,14]`` runs its GPU tables
 (copy limit, W1 through ``DevicePrefetcher``, W2 against the decode limit, a small CNN fed by
 the loader, the rank cache on the device); without CUDA it runs the host parts and says so.
+
+``python benchmarks/run.py --big [--rows 170000] [--rounds 3] [--seconds 20]`` runs the big and
+cold files' table (``bench_big.py``: 2 GB files, every pass cold and checked so, or warm, against
+the disk's and the decoder's limits measured in the same run).
 """
 
 import sys
@@ -24,6 +28,10 @@ if __name__ == "__main__":
         from bench_remote import main as remote
 
         sys.exit(remote([a for a in sys.argv[1:] if a != "--remote"]))
+    if "--big" in sys.argv[1:]:
+        from bench_big import main as big
+
+        sys.exit(big([a for a in sys.argv[1:] if a != "--big"]))
     if {"--feed", "--gpu"} & set(sys.argv[1:]):
         from bench_feed import main as feed
 

@@ -10,6 +10,7 @@ import math
 import numbers
 import operator
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -37,10 +38,13 @@ __all__ = [
     "format_names",
     "max_parallel",
     "numpy_dtype",
+    "parse_size",
     "usable_cores",
 ]
 
 _MAX_LISTED = 20
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
 #: the largest size, length or count: what NumPy and torch index with (int64)
 MAX_COUNT = 2**63 - 1
 #: seeds and epochs are 64-bit words of NumPy's SeedSequence; a larger one would alias a smaller
@@ -266,3 +270,18 @@ def numpy_dtype(name: str, value: Any) -> np.dtype[Any] | None:
         raise TypeError(
             f"{name} must be a NumPy dtype (e.g. np.float32 or 'int64') or None, got {value!r}"
         ) from exc
+
+
+def parse_size(name: str, value: Any) -> int:
+    """Return ``value`` (an int, or text like ``"1MiB"``, ``"64k"``, ``"2GB"``) as bytes.
+
+    Units are binary (``k`` = 1024). Raises ``ValueError`` / ``TypeError`` naming ``name``.
+    """
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match is None:
+            raise ValueError(
+                f"{name} must be a size such as 1048576, '1MiB', '512KiB' or '2GiB', got {value!r}"
+            )
+        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return check_int(name, value)

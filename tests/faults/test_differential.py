@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import h5py
 import numpy as np
@@ -29,9 +30,11 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from nn_handler._io.chunks import engine
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
+from nn_handler._io.storage.node_memory import SHM_DIR_ENV
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,
@@ -338,3 +341,22 @@ def test_every_read_path_equals_h5py(layout: Layout) -> None:
         except (ValueError, TypeError, OSError):
             assume(False)  # a combination HDF5 or h5py refuses to create
         read_everything(path, samples, layout)
+
+
+@PROFILE
+@given(layout=layouts())
+def test_every_read_path_equals_h5py_decoded_whole(layout: Layout) -> None:
+    # the same layouts, every chunked one decoded whole into node memory at its first batch
+    # (below 1 MiB a dataset otherwise keeps its window: these are small)
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        mock.patch.object(engine, "_DECODED_MIN_BYTES", 0),
+    ):
+        shm = Path(folder) / "shm"
+        shm.mkdir()
+        with mock.patch.dict(os.environ, {SHM_DIR_ENV: str(shm)}):
+            try:
+                path, samples = build(Path(folder), layout)
+            except (ValueError, TypeError, OSError):
+                assume(False)
+            read_everything(path, samples, layout)

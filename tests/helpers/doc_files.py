@@ -71,6 +71,9 @@ def write_doc_files(folder: Path) -> None:
         # compressed and chunked, the case ChunkShuffleSampler is for
         f.create_dataset("images", data=x, chunks=(64, SIDE, SIDE), compression="gzip")
         f.create_dataset("labels", data=y, chunks=(64,), compression="gzip")
+    with h5py.File(folder / "big.h5", "w") as f:  # the performance page's big compressed file
+        f.create_dataset("x", data=x, chunks=(64, SIDE, SIDE), compression="gzip", shuffle=True)
+        f.create_dataset("y", data=y)
     for name in ("my_dataset.h5", "large_dataset.h5"):  # the NNHandler guide
         write_images(folder / "data" / name, 256, (SIDE, SIDE))
     for i in range(3):  # the CombinedHDF5Dataset guide

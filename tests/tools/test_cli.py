@@ -43,14 +43,19 @@ def test_help_everywhere():
     assert out.startswith("nn-handler ")
 
 
-def test_inspect_text(path):
+def test_inspect_text(path, monkeypatch):
     code, out, err = run("inspect", path)
     assert code == 0, err
     assert "x  shape=(50, 3, 4) dtype=float32 layout=chunked" in out
     assert "chunks=(8, 3, 4) (8 rows/chunk, 384 B)" in out
     assert "filters=gzip(level=4)" in out
-    assert "random access decodes 8 rows per sample" in out
+    assert "a random order reads from memory" in out  # 2.4 KB decoded: within the budget
     assert "y  shape=(50,) dtype=int64 layout=contiguous" in out
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1KiB")
+    code, out, err = run("inspect", path)
+    assert code == 0, err
+    assert "exceeds the decoded budget (1.0 KiB)" in out
+    assert "a random order decodes a 8-row chunk per sample (gzip(level=4))" in out
 
 
 def test_inspect_json_matches(path):

@@ -30,8 +30,9 @@ def test_every_strategy_is_timed_on_a_chunked_file(path):
     assert report.preload_s > 0
     assert len(lines) == 5
     assert report.best.rate == max(r.rate for r in report.results)
-    stream, cache = report.recommendation
+    stream, order, cache = report.recommendation
     assert stream.startswith("stream: H5LazyDataset(")
+    assert order.startswith("order: a random order reads from memory")  # 34 KB decoded
     assert cache.startswith("cache: RankMemCachedH5Dataset preloads")
 
 

@@ -66,11 +66,14 @@ def test_attributes_are_decoded_and_truncated(path):
     assert by_path(report)["train/labels"].attrs == {"classes": [0, 1, 2]}
 
 
-def test_advice_is_specific(path):
+def test_advice_is_specific(path, monkeypatch):
+    (fits,) = by_path(inspect_file(path))["train/images"].advice
+    assert "a random order reads from memory" in fits and "fits the decoded budget" in fits
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1KiB")
     ds = by_path(inspect_file(path))
     (img_advice,) = ds["train/images"].advice
-    assert "random access decodes 8 rows per sample here (shuffle+gzip(level=4)" in img_advice
-    assert "ChunkShuffleSampler" in img_advice
+    assert "a random order decodes a 8-row chunk per sample (shuffle+gzip(level=4))" in img_advice
+    assert "ChunkShuffleSampler" in img_advice and "nn-handler rewrite" in img_advice
     assert "memory speed" in ds["train/labels"].advice[0]
     assert "a sample spans 4 chunks ((5, 2, 2))" in ds["split"].advice[0]
     assert "chunks=(5, 3, 4)" in ds["split"].advice[0]
@@ -78,8 +81,9 @@ def test_advice_is_specific(path):
     assert "variable-length" in ds["names"].advice[0]
 
 
-def test_cache_advice_for_big_chunks(make_h5):
+def test_cache_advice_for_big_chunks(make_h5, monkeypatch):
     # 2 MiB rows, 8-row chunks = 16 MiB, 65 chunks (only the first written: a small file)
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "512MiB")  # below its 1 GiB decoded
     p = make_h5({})
     with h5py.File(p, "a") as f:
         x = f.create_dataset(
@@ -90,7 +94,7 @@ def test_cache_advice_for_big_chunks(make_h5):
     text = " ".join(d.advice)
     assert "larger than h5py's default 1 MiB chunk cache" in text
     assert "pass rdcc_nbytes=1073741824" in text  # 64 chunks x 16 MiB
-    assert "rechunk with 1 rows per chunk" in text
+    assert "rewrite the file into chunks of 1 row (~2.0 MiB)" in text
     assert f"with nn-handler rewrite {p} {p.with_name(p.stem + '.fast.h5')}" in text
 
 

@@ -128,7 +128,8 @@ def test_an_unreadable_dataset_is_listed_and_the_rest_shown(tmp_path, monkeypatc
     assert "unreadable: can't read object header" in inspect_text(path, capsys)
 
 
-def test_edge_cases_get_advice_that_applies(tmp_path, capsys):
+def test_edge_cases_get_advice_that_applies(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1KiB")  # (a random order costs then)
     path = write_inspect_cases(tmp_path)
     report, ds = inspect_json(path, capsys)
     assert ds["empty"]["kind"] == "empty"
@@ -137,7 +138,7 @@ def test_edge_cases_get_advice_that_applies(tmp_path, capsys):
         "10 rows in one chunk: read whole once (RankMemCachedH5Dataset); no chunk-aware "
         "sampling needed"
     ]
-    assert "random access decodes 1000 rows per sample" in ds["big"]["advice"][0]
+    assert "a random order decodes a 1000-row chunk per sample" in ds["big"]["advice"][0]
     assert ds["time"]["kind"] == "dimension"
     assert "memory speed" not in " ".join(ds["time"]["advice"])
     assert "never written" in ds["unwritten"]["advice"][0]
@@ -210,8 +211,8 @@ def test_pytables_own_test_files_never_abort():
         format_report(report)
 
 
-def test_one_row_chunks_need_no_sampler_advice(make_h5):
-
+def test_one_row_chunks_need_no_sampler_advice(make_h5, monkeypatch):
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "64")  # (x: 320 B decoded, then beyond it)
     path = make_h5({"x": (np.ones((20, 4), np.float32), "gzip")})
     with h5py.File(path, "a") as f:
         f.create_dataset("one", data=np.ones((20, 4)), chunks=(1, 4), compression="gzip")

@@ -8,18 +8,19 @@ the report or a line of advice, never an exception: ``inspect`` describes every 
 from __future__ import annotations
 
 import math
-import os
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
 
+from nn_handler._io.chunks.decoded import decoded_budget
+from nn_handler._io.chunks.order_cost import random_order_advice, rewrite_command
 from nn_handler._io.file.filters import FilterInfo, filters_of
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.keys import field_key
 from nn_handler._io.rows.kinds import sample_kind, unsupported_reason
 from nn_handler._io.rows.reader import RowReader
+from nn_handler._io.storage.remote.urls import is_url
 
 from .._validate import format_bytes
 from .structures import is_dimension_scale
@@ -42,7 +43,6 @@ _LAYOUT_NAMES = {
 _H5PY_DEFAULT_CACHE = 1024**2
 _OUR_DEFAULT_CACHE = 256 * 1024**2
 _DEFAULT_WINDOW_CHUNKS = 64
-_RANDOM_ACCESS_CHUNK_BYTES = 64 * 1024  # small enough that a random row decodes little extra
 _SMALL_CHUNK_BYTES = 16 * 1024  # below this, per-chunk costs dominate reads
 _FEW_CHUNKS = 1  # a dataset of at most this many chunks is read whole: no sampler advice
 
@@ -225,14 +225,6 @@ def _advice(
     return kind_line + _layout_advice(r, dset, path)
 
 
-def rewrite_command(path: str, *options: str) -> str:
-    """The ``nn-handler rewrite`` command that writes ``path`` again as ``<name>.fast<ext>``."""
-    base = path.rstrip("/").rsplit("/", 1)[-1] if "://" in path else path
-    root, ext = os.path.splitext(base)
-    words = ["nn-handler", "rewrite", path, f"{root}.fast{ext or '.h5'}", *options]
-    return " ".join(shlex.quote(w) for w in words)
-
-
 def _kind_advice(r: DatasetReport, dset: h5py.Dataset, reason: str) -> list[str]:
     if r.kind == "scalar":
         return ["scalar (0-d): metadata, not samples; datasets cannot read it along axis 0"]
@@ -325,19 +317,10 @@ def _chunked_advice(r: DatasetReport, path: str) -> list[str]:
 
 
 def _random_access_advice(r: DatasetReport, rows: int, per_row: int, path: str) -> str:
-    text = (
-        f"random access decodes {rows} rows per sample here ({'+'.join(r.filters)}, "
-        f"{rows}-row chunks): use ChunkShuffleSampler (block shuffle: each chunk decoded once "
-        "per epoch)"
-    )
-    small = max(1, _RANDOM_ACCESS_CHUNK_BYTES // per_row)
-    if small < rows:
-        size = small * per_row
-        text += (
-            f", or rechunk with {small} rows per chunk (~{format_bytes(size)}): "
-            f"{rewrite_command(path, '--chunk-bytes', str(size))}"
-        )
-    return text
+    assert r.shape is not None
+    budget = None if is_url(path) else decoded_budget(None)
+    filters = "+".join(r.filters)
+    return random_order_advice(path, r.shape[0] * per_row, budget, rows, per_row, filters)
 
 
 def _cache_advice(chunk_bytes: int, n_chunks: int, path: str) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from .._io.chunks.decoded import decoded_budget
+from .._io.chunks.order_cost import random_order_advice
 from .._validate import format_bytes
 from .file_report import BLOCK_CHUNKS, BLOCKS, CACHED, CHUNK, EPOCH, GETITEMS, FileBench
 from .remote_file import CACHE_COLD, CACHE_WARM, NAIVE_FSSPEC
@@ -17,6 +19,12 @@ def recommend(r: FileBench) -> list[str]:
     apart = (CACHED, CACHE_COLD, CACHE_WARM)
     streaming = max((x for x in r.results if x.name not in apart), key=lambda x: x.rate)
     advice = [f"stream: {_how(streaming.name, r)} ({streaming.rate:,.0f} samples/s)"]
+    if r.strategy in ("decode", "chunks") and (r.chunk_rows or 1) > 1 and not r.remote:
+        decoded, budget = r.samples * r.x_row_bytes, decoded_budget(None)
+        advice.append(
+            "order: "
+            + random_order_advice(r.path, decoded, budget, r.chunk_rows or 1, r.x_row_bytes)
+        )
     if r.remote:
         advice.append(_cache_dir_advice(r))
     cached = next((x for x in r.results if x.name == CACHED), None)

@@ -112,6 +112,7 @@ def bench_file(
         remote=is_url(path),
         cache_dir=cache_dir,
         storage_options=options,
+        x_row_bytes=int(probe._x.row_nbytes),
     )
     probe.close()
     if report.remote:

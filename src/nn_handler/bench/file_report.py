@@ -54,6 +54,8 @@ class FileBench:
     #: the strategy timed with ``cache_dir`` (None: not timed)
     cache_strategy: str | None = None
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
+    #: bytes of one decoded row of ``x_key`` (for the decoded-budget advice)
+    x_row_bytes: int = 0
 
     @property
     def best(self) -> Result:

@@ -37,6 +37,7 @@ Needs the ``bench`` extra (anndata, scdataset); annbatch's environment is made o
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import statistics
@@ -65,7 +66,7 @@ from .sparse_annbatch import (
     ensure_env,
     vs_annbatch_table,
 )
-from .sparse_data import write_sparse_h5ad
+from .sparse_data import write_sparse_h5ad, write_sparse_h5ad_streamed
 from .timing import Result, batch_len, epochs, machine_line, timed_pass
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
 _WINDOWS = (64, 128, 256, 512, 1024)
 _SCDATASET = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first is its docs' example
 _TABLES = {"scdataset", "annbatch", "csc"}
+_COLD_BLOCK = 32  # cells a block of ours holds in the cold table: annbatch's chunk_size
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,8 @@ def run_vs_annbatch(
     *,
     store: str | None = None,
     order_batches: int = 64,
+    evict: Callable[[str], None] | None = None,
+    dataset_size: str | None = None,
 ) -> str:
     """Ours and annbatch on ``path``, sparse and dense batches; return one Markdown table.
 
@@ -299,24 +303,44 @@ def run_vs_annbatch(
     SciPy CSR batches and with ``.toarray()``. Every loader starts fresh in each of ``repeats``
     interleaved rounds (annbatch in a subprocess whose start is not timed). The mixing column
     counts distinct 64-cell blocks of the file in the first ``order_batches`` full batches.
+    ``evict``: cold passes, and ours also with a ``ChunkShuffleSampler`` of 32-cell blocks
+    (annbatch's reads: a full shuffle of a raw file is bound by the disk's random-read rate,
+    two reads per cell). ``evict(path)`` drops a file's (or a folder's) pages from the page
+    cache (and checks they are gone): it runs on the ``.h5ad`` before each of our passes and
+    on annbatch's store before its run, whose worker drops the store's pages again before each
+    of its passes. ``dataset_size``: annbatch's ``add_adatas(dataset_size=)`` for its
+    conversion (None: its default).
     """
+    cold = evict is not None
     with h5py.File(path, "r") as f:
         n, n_cols = (int(v) for v in f["X"].attrs["shape"])
         nnz = int(f["X/indptr"][-1])
         compression = f["X/data"].compression or "uncompressed"
     chunked = compression != "uncompressed"
     ours_rows = _our_rows(path, batch, workers, order_batches, chunked=chunked)
-    runner, theirs, conversion, skip = _annbatch_rows(path, annbatch, batch, store)
+    if evict is not None and not chunked:  # cold: annbatch's reads, 32 adjacent cells each
+        ours_rows += _our_rows(path, batch, workers, order_batches, block=_COLD_BLOCK)
+    runner, theirs, conversion, skip = _annbatch_rows(path, annbatch, batch, store, dataset_size)
     order_out = f"{os.path.splitext(path)[0]}.annbatch-order.npy"
     for round_ in range(repeats):  # interleaved: a busy spell hurts every loader alike
         for row, c in ours_rows:
+            if evict is not None:
+                gc.collect()  # (the last pass's maps: pages a live map holds stay resident)
+                evict(path)
             loader = epochs(c.make())  # a 50,000-cell epoch is a second: fill the budget
-            row.rates.append(timed_pass(row.loader, loader, n_cols * 4, seconds, batch_len).rate)
+            warmup = 0 if cold else 2  # (cold: the first batches are the cold ones)
+            timed = timed_pass(row.loader, loader, n_cols * 4, seconds, batch_len, warmup)
+            row.rates.append(timed.rate)
+            loader.close()  # its loader, dataset and maps go now, not at the next assignment
+            del loader
         if runner is None:
             continue
         first = round_ == 0
         try:
-            rates = runner.load(seconds, seed=round_, order_out=order_out if first else None)
+            order = order_out if first else None
+            if evict is not None:
+                evict(runner.store)
+            rates = runner.load(seconds, seed=round_, order_out=order, cold=cold)
         except AnnbatchUnavailableError as err:  # its rows go; the reason is printed instead
             runner, skip, theirs = None, str(err), []
             continue
@@ -326,24 +350,34 @@ def run_vs_annbatch(
                 row.blocks = blocks_per_batch(np.load(order_out, allow_pickle=False))
     rows = theirs + [r for r, _ in ours_rows]
     return _vs_annbatch_text(
-        path, (n, n_cols, nnz, compression), batch, rows, conversion, skip, annbatch
+        path, (n, n_cols, nnz, compression), batch, rows, conversion, skip, annbatch, cold
     )
 
 
 def _our_rows(
-    path: str, batch: int, workers: Sequence[int], order_batches: int, *, chunked: bool = False
+    path: str,
+    batch: int,
+    workers: Sequence[int],
+    order_batches: int,
+    *,
+    chunked: bool = False,
+    block: int | None = None,
 ) -> list[tuple[Row, Contender]]:
     """Our rows (sparse_csr, then dense, at each worker count) with their mixing filled in.
 
     ``chunked``: a compressed file, read with a ``ChunkShuffleSampler`` (each chunk decoded
     once an epoch) rather than a full shuffle (every batch decoding hundreds of chunks).
+    ``block``: a ``ChunkShuffleSampler`` of blocks of that many adjacent cells instead (each
+    block one read of the file: fewer, larger requests, less mixing).
     """
     found: list[tuple[Row, Contender]] = []
     outputs: tuple[tuple[Output, Kind], ...] = (("sparse_csr", "csr"), ("dense", "dense"))
     for output, kind in outputs:
         for w in workers:
-            sampler = _chunk_shuffle(batch, w) if chunked else _full_shuffle
+            sampler = _chunk_shuffle(batch, w, block) if chunked or block else _full_shuffle
             kind_name = "ChunkShuffleSampler" if chunked else "EpochShuffleSampler"
+            if block:
+                kind_name = f"ChunkShuffleSampler(block_size={block})"
             name = f"H5SparseDataset + {kind_name}, num_workers={w}"
             contender = ours(
                 path, batch, sampler, name, output, num_workers=w, persistent_workers=w > 0
@@ -357,13 +391,19 @@ def _our_rows(
 
 
 def _annbatch_rows(
-    path: str, annbatch: AnnbatchEnv | AnnbatchUnavailableError, batch: int, store: str | None
+    path: str,
+    annbatch: AnnbatchEnv | AnnbatchUnavailableError,
+    batch: int,
+    store: str | None,
+    dataset_size: str | None = None,
 ) -> tuple[AnnbatchRunner | None, list[Row], Conversion | None, str | None]:
     """The annbatch runner (after its conversion), its two rows and the conversion; or a skip."""
     if isinstance(annbatch, AnnbatchUnavailableError):
         return None, [], None, str(annbatch)
     stem = os.path.splitext(path)[0]
-    runner = AnnbatchRunner(annbatch, path, store or f"{stem}.annbatch.zarr", batch)
+    runner = AnnbatchRunner(
+        annbatch, path, store or f"{stem}.annbatch.zarr", batch, dataset_size=dataset_size
+    )
     try:
         conversion = runner.convert()
     except AnnbatchUnavailableError as err:
@@ -380,8 +420,12 @@ def _full_shuffle(ds: H5SparseDataset) -> EpochShuffleSampler:
     return EpochShuffleSampler(len(ds), seed=0)
 
 
-def _chunk_shuffle(batch: int, workers: int) -> Callable[[H5SparseDataset], ChunkShuffleSampler]:
-    return lambda ds: ChunkShuffleSampler(ds, seed=0, batch_size=batch, num_workers=workers)
+def _chunk_shuffle(
+    batch: int, workers: int, block: int | None = None
+) -> Callable[[H5SparseDataset], ChunkShuffleSampler]:
+    return lambda ds: ChunkShuffleSampler(
+        ds, seed=0, batch_size=batch, num_workers=workers, block_size=block
+    )
 
 
 def _full_batches(order: np.ndarray[Any, Any], batch: int, most: int) -> np.ndarray[Any, Any]:
@@ -404,12 +448,13 @@ def _vs_annbatch_text(
     conversion: Conversion | None,
     skip: str | None,
     annbatch: AnnbatchEnv | AnnbatchUnavailableError,
+    cold: bool = False,
 ) -> str:
     n, n_cols, nnz, compression = shape
     title = (
-        f"\n## Against annbatch: {n} x {n_cols} .h5ad (CSR, {compression}, {nnz / max(n, 1):,.0f} "
-        f"stored values per cell, {os.path.getsize(path) / 1e6:,.0f} MB), batch {batch}\n\n"
-        + machine_line()
+        f"\n## Against annbatch{', cold' if cold else ''}: {n} x {n_cols} .h5ad (CSR, "
+        f"{compression}, {nnz / max(n, 1):,.0f} stored values per cell, "
+        f"{os.path.getsize(path) / 1e6:,.0f} MB), batch {batch}\n\n" + machine_line()
     )
     notes = [
         f"{BLOCK}-cell blocks/batch: distinct blocks of {BLOCK} file rows per full batch "
@@ -417,6 +462,12 @@ def _vs_annbatch_text(
         "32-cell store chunks whose cells its conversion fixed; ours are a fresh full shuffle "
         "each epoch, read from the file as it is.",
     ]
+    if cold:
+        notes.append(
+            "Cold: before every timed pass the files it reads leave the page cache (ours: the "
+            ".h5ad; annbatch: every file of its store), and every batch is timed, the first "
+            "ones included."
+        )
     if isinstance(annbatch, AnnbatchEnv):
         notes.append(
             f"annbatch: `Loader(batch_size={batch}, chunk_size=32, preload_nchunks=256, "
@@ -449,7 +500,12 @@ def _annbatch_section(args: argparse.Namespace, workdir: str) -> str:
     comp = None if args.annbatch_compression == "none" else args.annbatch_compression
     name = f"cells-{args.rows}x{args.genes}-{args.density:g}-{args.annbatch_compression}.h5ad"
     path = os.path.join(workdir, name)
-    _write_once(path, args.rows, args.genes, args.density, comp)
+    if args.stream_write and comp is None:
+        if not os.path.exists(path):
+            print(f"writing {path} block by block …", flush=True)
+            write_sparse_h5ad_streamed(path, args.rows, args.genes, args.density)
+    else:
+        _write_once(path, args.rows, args.genes, args.density, comp)
     env: AnnbatchEnv | AnnbatchUnavailableError
     try:
         print(
@@ -505,5 +561,10 @@ def _parser() -> argparse.ArgumentParser:
         choices=["none", "gzip", "lzf"],
         default="none",
         help="the .h5ad of this table (a plain adata.write_h5ad is uncompressed)",
+    )
+    group.add_argument(
+        "--stream-write",
+        action="store_true",
+        help="write the uncompressed .h5ad block by block (matrices larger than memory)",
     )
     return parser

@@ -225,15 +225,18 @@ class AnnbatchRunner:
     batch_size: int = 4096
     chunk_size: int = 32
     preload_nchunks: int = 256
+    #: ``add_adatas(dataset_size=)`` for the conversion (None: annbatch's 20GB)
+    dataset_size: str | None = None
 
     def _cmd(self, command: str, *extra: str) -> list[str]:
         return [self.env.python, _WORKER, command, self.h5ad, self.store, *extra]
 
     def convert(self, seed: int = 0) -> Conversion:
         """Convert the ``.h5ad`` (replacing an earlier store); time it."""
-        done = _run(
-            self._cmd("convert", "--seed", str(seed)), _CONVERT_TIMEOUT, "annbatch's conversion"
-        )
+        extra = ["--seed", str(seed)]
+        if self.dataset_size is not None:
+            extra.append(f"--dataset-size={self.dataset_size}")
+        done = _run(self._cmd("convert", *extra), _CONVERT_TIMEOUT, "annbatch's conversion")
         r = parse_result(done.stdout)
         try:
             return Conversion(float(r["seconds"]), int(r["peak_rss_bytes"]), int(r["store_bytes"]))
@@ -241,12 +244,13 @@ class AnnbatchRunner:
             raise AnnbatchUnavailableError(f"annbatch's conversion result lacks {err}") from err
 
     def load(
-        self, seconds: float, seed: int = 0, order_out: str | None = None
+        self, seconds: float, seed: int = 0, order_out: str | None = None, cold: bool = False
     ) -> dict[Kind, float]:
         """Cells/s of one CSR pass and one ``.toarray()`` pass (``seconds`` each).
 
         With ``order_out``, the ``.h5ad`` rows of the first full batches are saved there first
-        (a ``(batches, batch_size)`` array, ``numpy.save``).
+        (a ``(batches, batch_size)`` array, ``numpy.save``). ``cold``: the store's pages are
+        dropped from the page cache before each pass, and every batch is timed.
         """
         extra = [
             f"--seconds={seconds}",
@@ -257,6 +261,8 @@ class AnnbatchRunner:
         ]
         if order_out is not None:
             extra.append(f"--order-out={order_out}")
+        if cold:
+            extra.append("--cold")
         done = _run(self._cmd("load", *extra), 600 + 4 * seconds, "annbatch's loading")
         return rates_of(parse_result(done.stdout))
 

@@ -10,7 +10,7 @@ import itertools
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,7 @@ def timed_pass(
     return Result(name, samples, time.perf_counter() - start, sample_bytes)
 
 
-def epochs(loader: Any, sampler: Any = None) -> Iterator[Any]:
+def epochs(loader: Any, sampler: Any = None) -> Generator[Any, None, None]:
     """Epoch after epoch of ``loader``, as a training loop iterates, to fill a time budget.
 
     ``set_epoch(epoch)`` is called on ``sampler`` (default: the loader's, if any) before each

@@ -135,10 +135,10 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             locking, external files, and for URLs the fsspec options and a node-local cache; every
             field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
             ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
-            ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
-            set to other than its default must agree with ``file_options`` when both are given. The
-            chunk cache is smaller here by default (16 MiB and 10,007 slots per open dataset), as
-            many files are open at once.
+            ``cache_limit``, ``decoded_budget`` are also keywords of their own here, as the seeds
+            name them; a keyword set to other than its default must agree with ``file_options``
+            when both are given. The chunk cache is smaller here by default (16 MiB and 10,007
+            slots per open dataset), as many files are open at once.
 
     Raises:
         ValueError: no paths, a path twice, ``epoch_min > epoch_max``, ``label`` outside the
@@ -188,6 +188,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        decoded_budget: int | str | None = None,
         file_options: FileOptions | None = None,
     ) -> None:
         self.dtype = check_float_dtype(dtype)

@@ -66,8 +66,9 @@ class H5LazyDataset(Dataset[Sample]):
             locking, external files, and for URLs the fsspec options and a node-local cache; every
             field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
             ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
-            ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
-            set to other than its default must agree with ``file_options`` when both are given.
+            ``cache_limit``, ``decoded_budget`` are also keywords of their own here, as the seeds
+            name them; a keyword set to other than its default must agree with ``file_options`` when
+            both are given.
         classes: For string targets: the class names in index order (``["cat", "dog"]``), or
             ``"auto"`` for every stored label, sorted (read once, at construction). Targets
             are then ``int64`` class indices, ready for ``CrossEntropyLoss``.
@@ -121,6 +122,7 @@ class H5LazyDataset(Dataset[Sample]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        decoded_budget: int | str | None = None,
         file_options: FileOptions | None = None,
         classes: Sequence[str] | str | None = None,
         label_map: Mapping[str, int] | None = None,

@@ -71,12 +71,13 @@ class H5SparseDataset(Dataset[Any]):
         file_options: How each file is opened, as one ``FileOptions`` (HDF5's chunk cache, SWMR,
             locking, external files, and for URLs the fsspec options and a node-local cache; every
             field is documented there). Its fields ``rdcc_nbytes``, ``rdcc_nslots``, ``rdcc_w0``,
-            ``swmr``, ``locking``, ``storage_options``, ``cache_dir``, ``cache_limit`` are also
-            keywords of their own here, as the seeds name them; a keyword set to other than its
-            default must agree with ``file_options`` when both are given. ``rdcc_nbytes`` also sizes
-            the decoded-chunk cache. ``swmr`` is off by default here (unlike the dense datasets):
-            AnnData / 10x files are written once, and anndata or scanpy often hold the same file
-            open in backed mode, which refuses a SWMR open in that process.
+            ``swmr``, ``locking``, ``storage_options``, ``cache_dir``, ``cache_limit``,
+            ``decoded_budget`` are also keywords of their own here, as the seeds name them; a
+            keyword set to other than its default must agree with ``file_options`` when both are
+            given. ``rdcc_nbytes`` also sizes the decoded-chunk cache. ``swmr`` is off by default
+            here (unlike the dense datasets): AnnData / 10x files are written once, and anndata
+            or scanpy often hold the same file open in backed mode, which refuses a SWMR open in
+            that process.
         label_encoding: How stored strings (string labels and column names) are decoded:
             ``"utf-8"`` (what anndata and h5py write), any Python text codec (``"latin-1"``
             decodes every byte string), or ``"bytes"`` for label categories as the stored
@@ -120,6 +121,7 @@ class H5SparseDataset(Dataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
+        decoded_budget: int | str | None = None,
         file_options: FileOptions | None = None,
         label_encoding: str = "utf-8",
     ) -> None:

@@ -18,6 +18,7 @@ re-exported here from ``samplers`` (users import them from this module).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -110,7 +111,9 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
             ``swmr``, ``locking``, ``allow_external_files``, ``storage_options``, ``cache_dir``,
             ``cache_limit`` are also keywords of their own here, as the seeds name them; a keyword
             set to other than its default must agree with ``file_options`` when both are given. The
-            chunk cache serves the preload only.
+            chunk cache serves the preload only, and no dataset is decoded whole into memory
+            the node shares (the cache holds the rows) unless ``file_options`` sets a
+            ``decoded_budget``.
         log_fn: Receives the log lines (load size, time and speed; single-process notice).
         rank: This process's rank; detected (``torch.distributed``, then ``RANK``) when None.
         world_size: Number of ranks; detected (``torch.distributed``, then ``WORLD_SIZE``)
@@ -188,6 +191,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
         options = resolve_file_options(file_options, RankMemCachedH5Dataset.__init__, locals())
+        if options.decoded_budget is None:  # the cache holds the rows: no whole decoded copy too
+            options = dataclasses.replace(options, decoded_budget=0)
         source = H5Source(path, options)
         self.path = source.path
         try:

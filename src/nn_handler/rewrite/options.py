@@ -6,14 +6,18 @@ as the command line writes them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_non_negative_int, check_positive_int, usable_cores
+from .._validate import (
+    check_non_negative_int,
+    check_positive_int,
+    parse_size,
+    usable_cores,
+)
 from .codecs import CODECS, check_level, default_codec, plugin_available
 
 __all__ = ["MEMORY_SHARES", "MIN_MEMORY", "RewriteOptions", "parse_size"]
@@ -26,23 +30,6 @@ MEMORY_SHARES = 8
 
 #: The smallest ``memory`` accepted: below this the slabs are too small to be worth streaming.
 MIN_MEMORY = 16 * 1024**2
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
-
-
-def parse_size(name: str, value: Any) -> int:
-    """Return ``value`` (an int, or text like ``"1MiB"``, ``"64k"``, ``"2GB"``) as bytes.
-
-    Units are binary (``k`` = 1024). Raises ``ValueError`` / ``TypeError`` naming ``name``.
-    """
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        if match is None:
-            raise ValueError(
-                f"{name} must be a size such as 1048576, '1MiB', '512KiB' or '2GiB', got {value!r}"
-            )
-        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    return check_int(name, value)
 
 
 @dataclass(frozen=True)

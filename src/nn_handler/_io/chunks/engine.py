@@ -15,12 +15,15 @@ filled straight into the batch or into scratch and nothing is kept. Sequential r
 (``read_range``) fill whole blocks straight into the caller's buffer and keep only the blocks
 at its two edges (when h5py decodes, it reads the whole range in one call).
 
-When blocks are read outside the GIL (``BlockSource.releases_gil``), ``read_ahead`` fills the
-blocks of the next rows in the pool ahead of need; a read of them waits instead of decoding
-them twice. The window belongs to one process (``PerProcess``): a forked or spawned worker
-builds its own. When every block fits the budget, forked workers read through ``SharedBlocks``
-(``shared.py``) instead: one decoded copy for all workers and all epochs, as ``num_workers=0``
-keeps one.
+When blocks are read outside the GIL (``BlockSource.releases_gil``), ``read_ahead`` has the
+kernel read the raw bytes of the next rows' blocks (one coalesced request per span) and fills
+them in the pool ahead of need; a read of them waits instead of decoding them twice. The window
+belongs to one process (``PerProcess``): a forked or spawned worker builds its own.
+
+A dataset whose decoded blocks fit the decoded budget is decoded whole instead (``decoded.py``):
+from its first read that needs more than one block (or its ``_PASS_AFTER``-th block read one at
+a time; a peek at a row is not worth a pass), every process that reads it joins one pass over
+its blocks in file order, and every read after that is one gather from memory the node shares.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ import numpy as np
 from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
+from .decoded import DecodedBlocks, decoded_budget, plan_decoded, region_name
+from .order_cost import RandomOrderCost
 from .pool import decode_threads, run_parallel, submit
-from .shared import SharedBlocks
 from .sources import BlockSource, Geometry
 from .window import Claim, Window
 
@@ -44,8 +48,9 @@ __all__ = ["ChunkEngine", "whole_runs"]
 _RUN_BLOCK_BYTES = 64 * 1024  # blocks this small are read in runs by sequential reads
 _GROUP_BYTES = 64 * 1024**2  # decoded blocks held at once by one batch without a window
 # below this, a dataset decodes in moments: each worker keeps its own window rather than hold a
-# map and a semaphore per dataset (many small files would use up the process's maps)
-_SHARED_MIN_BYTES = 1024**2
+# region per dataset (many small files would use up the process's maps)
+_DECODED_MIN_BYTES = 1024**2
+_PASS_AFTER = 32  # single blocks a process reads through its window before the whole pass
 
 _Task = tuple[int, np.ndarray[Any, Any]]  # (block, destination of block_rows rows)
 
@@ -66,8 +71,9 @@ class ChunkEngine:
         #: adjacent blocks a sampler shuffles together (its block in chunks): fetched as one run
         self.run_blocks = 1
         self._window: PerProcess[Window] = PerProcess(functools.partial(Window, self.geometry))
-        self._shared: SharedBlocks | None = None
-        self._share_if_whole()
+        self._decoded = self._plan_decoded()
+        self._seen = 0  # blocks this process asked of its window before the whole pass
+        self._order = self._watch_order()
 
     @property
     def decodes(self) -> bool:
@@ -104,32 +110,83 @@ class ChunkEngine:
         self.clear()
 
     def clear(self) -> None:
-        """Drop the decoded blocks of this process (and those shared with its workers)."""
+        """Drop this process's window of decoded blocks (a whole decoded copy stays)."""
         self.cache.clear()
-        if self._shared is not None and not self._shared.usable:
-            self._shared.clear()
-        self._share_if_whole()
 
-    def _share_if_whole(self) -> None:
-        """Keep every block in memory shared with forked workers, when the budget holds them all.
+    def _plan_decoded(self) -> DecodedBlocks | None:
+        """The whole decoded copy, for a local dataset that fits the budget and does not grow.
 
-        Only in the process that built the engine (its workers inherit the memory), for blocks
-        decoded here from a local file that does not grow. Nothing is touched until a worker
-        fills a block.
+        Not for a URL: a pass would fetch the whole object before the first batch; remote
+        chunks are kept by the node's ``cache_dir`` instead.
         """
-        shared = self._shared
-        if shared is not None and shared.usable:
-            return  # a worker: the building process decides
-        source = self.source
-        local = not source.batches_reads
-        growing = self.file.may_grow or self.file.swmr_mode
-        geometry = self.geometry
-        whole = geometry.block_rows > 1 and self._capacity() >= geometry.count
-        whole = whole and geometry.count * geometry.block_nbytes >= _SHARED_MIN_BYTES
-        if not (whole and local and source.decodes and source.releases_gil and not growing):
-            self._shared = None
-        elif shared is None:
-            self._shared = SharedBlocks(self.geometry)
+        geometry, file = self.geometry, self.file
+        if file.may_grow or file.swmr_mode or file.is_remote:
+            return None
+        if geometry.count * geometry.block_nbytes < _DECODED_MIN_BYTES:
+            return None
+        identity = file.identity
+        name = None
+        if identity is not None:
+            name = region_name(identity.as_record(), file.path, geometry.key, geometry)
+        where = f"dataset {geometry.key!r} of {file.path!r}"
+        return plan_decoded(geometry, name, file.options.decoded_budget_bytes, where)
+
+    def _watch_order(self) -> RandomOrderCost | None:
+        """A watch for random orders, for a dataset read through a window too small for it."""
+        geometry, file = self.geometry, self.file
+        if self._decoded is not None or geometry.block_rows == 1:
+            return None
+        size = geometry.count * geometry.block_nbytes
+        if size < _DECODED_MIN_BYTES or size <= file.options.rdcc_nbytes:
+            return None  # the window holds every block: each is decoded once
+        if file.may_grow or file.swmr_mode:
+            return None
+        return RandomOrderCost(geometry, decoded_budget(file.options.decoded_budget_bytes))
+
+    def _ready(self) -> np.ndarray[Any, Any] | None:
+        """The whole decoded copy, once this process knows it complete; else None."""
+        return self._decoded.ready() if self._decoded is not None else None
+
+    def _decoded_in_use(self) -> bool:
+        """True when reads go (or will soon go) through the whole decoded copy."""
+        return self._decoded is not None and self._decoded.usable
+
+    def _whole(self, dset: h5py.Dataset, blocks: int) -> np.ndarray[Any, Any] | None:
+        """Every block, decoded, once this process reads through the whole copy; else None.
+
+        ``blocks``: how many blocks the read at hand needs (counted towards ``_PASS_AFTER``;
+        0: it must not start the pass).
+        """
+        decoded = self._decoded
+        if decoded is None or not decoded.usable:
+            return None
+        ready = decoded.ready()
+        if ready is not None or blocks == 0:
+            return ready
+        self._seen += blocks
+        peek = blocks == 1 and self._seen < min(_PASS_AFTER, self.geometry.count)
+        if peek and not decoded.begun():
+            return None  # one row now and then: not worth the whole pass (yet)
+        ready = decoded.complete(
+            lambda first, count, dest: self._fill_blocks(dset, first, count, dest),
+            lambda first, count: self.source.advise(range(first, first + count)),
+        )
+        if ready is None:
+            self._decoded = None  # no memory for it (said once): the window serves
+        return ready
+
+    def _fill_blocks(
+        self, dset: h5py.Dataset, first: int, count: int, dest: np.ndarray[Any, Any]
+    ) -> None:
+        """Fill blocks ``[first, first + count)`` into ``dest`` (whole blocks, in order)."""
+        if not self.decodes:  # h5py decodes: one call for all the rows
+            lo, hi = first * self.geometry.block_rows, self.geometry.bounds(first + count - 1)[1]
+            rows = dest.reshape(-1, *self.geometry.row_shape)
+            dset.read_direct(rows, np.s_[lo:hi], np.s_[: hi - lo])
+        elif self._in_runs(count):
+            self.source.fill_run(dset, first, dest)
+        else:
+            self._fill(dset, list(zip(range(first, first + count), dest, strict=True)))
 
     @property
     def readahead_rows(self) -> int:
@@ -151,7 +208,7 @@ class ChunkEngine:
         capacity = self._capacity()
         if not self.releases_gil or self.geometry.block_rows == 1 or capacity == 0:
             return
-        if idx.size == 0 or decode_threads() < 2:
+        if idx.size == 0 or decode_threads() < 2 or self._decoded_in_use():
             return
         ids = np.unique(idx // self.geometry.block_rows)
         remote = self.source.batches_reads
@@ -160,6 +217,7 @@ class ChunkEngine:
         claim = self.cache.claim_ahead(ids, capacity)
         if claim is None:
             return  # the window is busy
+        self.source.advise(claim.fresh)  # the kernel reads them while the pool decodes others
         if remote:
             # an object store: one task asks for every chunk at once (concurrent requests)
             many = (dset, claim, list(claim.fresh))
@@ -198,6 +256,9 @@ class ChunkEngine:
         not make that chunk decode twice (once for the head, once for its own rows later).
         Otherwise the rows are read through the window.
         """
+        whole = self._ready()
+        if whole is not None:
+            return whole[block, :rows]
         if not self.cache.holds(block):
             head = self.source.head(dset, block, rows)
             if head is not None:
@@ -210,24 +271,36 @@ class ChunkEngine:
         self, dset: h5py.Dataset, idx: IndexArray, out: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:
         """Fill ``out`` with rows ``idx`` (any order, duplicates allowed)."""
+        return self._read(dset, idx, out, start_pass=True)
+
+    def _read(
+        self, dset: h5py.Dataset, idx: IndexArray, out: np.ndarray[Any, Any], *, start_pass: bool
+    ) -> np.ndarray[Any, Any]:
         if not out.flags.c_contiguous:
-            out[...] = self.read(dset, idx, np.empty_like(out, order="C"))
+            out[...] = self._read(dset, idx, np.empty_like(out, order="C"), start_pass=start_pass)
+            return out
+        whole = self._ready()
+        if whole is not None:  # every epoch after the pass: one gather, nothing else
+            flat = whole.reshape(-1, *self.geometry.row_shape)
+            np.take(flat, idx, axis=0, out=out, mode="clip")  # idx was checked against length
             return out
         blocks = idx // self.geometry.block_rows
-        capacity = self._capacity()
-        shared = self._shared
-        if shared is not None and shared.usable and capacity >= self.geometry.count:
-            return self._read_shared(dset, shared, idx, blocks, out)
-        if self.geometry.block_rows == 1 or capacity == 0:
-            return self._read_uncached(dset, idx, blocks, out)
         uniq = np.unique(blocks)
-        if uniq.size <= capacity:
-            self._read_group(dset, uniq, idx, blocks, out, None)
-            return out
-        for g in range(0, uniq.size, capacity):  # a batch wider than the window: in parts
-            group = uniq[g : g + capacity]
-            pos = np.flatnonzero(np.isin(blocks, group))
-            self._read_group(dset, group, idx[pos], blocks[pos], out, pos)
+        if self._whole(dset, uniq.size if start_pass else 0) is not None:
+            return self._read(dset, idx, out, start_pass=False)  # (the pass is complete)
+        capacity = self._capacity()
+        if self.geometry.block_rows == 1 or capacity == 0:
+            filled = self._read_uncached(dset, idx, blocks, out)
+        elif uniq.size <= capacity:
+            filled = self._read_group(dset, uniq, idx, blocks, out, None)
+        else:
+            filled = 0
+            for g in range(0, uniq.size, capacity):  # a batch wider than the window: in parts
+                group = uniq[g : g + capacity]
+                pos = np.flatnonzero(np.isin(blocks, group))
+                filled += self._read_group(dset, group, idx[pos], blocks[pos], out, pos)
+        if self._order is not None and start_pass:
+            self._order.note(idx.size, filled)
         return out
 
     def read_blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]] | None:
@@ -240,11 +313,11 @@ class ChunkEngine:
         the window holds): ``read`` then.
         """
         rows, length = self.geometry.block_rows, self.geometry.length
+        whole = self._whole(dset, len(ids)) if ids else None
+        if whole is not None:
+            return [whole[b, : min(rows, length - b * rows)].copy() for b in ids]
         capacity = self._capacity()
-        shared = self._shared
         if not ids or rows == 1 or capacity < len(ids) or not self.decodes:
-            return None
-        if shared is not None and shared.usable and capacity >= self.geometry.count:
             return None
         window = self.cache
         claim = window.claim(np.asarray(ids, dtype=np.int64), capacity)
@@ -266,6 +339,10 @@ class ChunkEngine:
         if not out.flags.c_contiguous:  # (h5py's read_direct refuses such an array too)
             out[...] = self.read_range(dset, start, stop, np.empty_like(out, order="C"))
             return out
+        decoded = self._ready()
+        if decoded is not None:  # (ranges never start the whole pass: a rank's shard, say)
+            out[...] = decoded.reshape(-1, *self.geometry.row_shape)[start:stop]
+            return out
         if not self.decodes:  # h5py decodes: it reads a range best in one call
             dset.read_direct(out, np.s_[start:stop])
             return out
@@ -280,7 +357,7 @@ class ChunkEngine:
         edge = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
         if edge.size:
             part = np.empty((edge.size, *self.geometry.row_shape), self.geometry.dtype)
-            out[edge - start] = self.read(dset, edge, part)
+            out[edge - start] = self._read(dset, edge, part, start_pass=False)
         return out
 
     def _in_runs(self, blocks: int) -> bool:
@@ -301,15 +378,17 @@ class ChunkEngine:
         blocks: np.ndarray[Any, Any],
         out: np.ndarray[Any, Any],
         pos: np.ndarray[Any, Any] | None,
-    ) -> None:
+    ) -> int:
+        """Gather rows ``idx`` of blocks ``ids`` through the window; how many blocks it filled."""
         window = self.cache
         claim = window.claim(ids, self._capacity())
-        retry = False
+        retry, filled = False, 0
         try:
             extra = self._fill_claim(dset, window, claim)
+            filled = len(claim.fresh) + len(extra)
             if claim.awaited and not window.wait(claim):
                 retry = True  # another thread's fill failed: claim and fill them here
-                return
+                return filled
             rows = self.geometry.block_rows
             where = np.searchsorted(ids, blocks)
             flat = claim.arena.reshape(-1, *self.geometry.row_shape)
@@ -322,46 +401,8 @@ class ChunkEngine:
         finally:
             window.release(claim)
             if retry:
-                self._read_group(dset, ids, idx, blocks, out, pos)
-
-    def _read_shared(
-        self,
-        dset: h5py.Dataset,
-        shared: SharedBlocks,
-        idx: IndexArray,
-        blocks: np.ndarray[Any, Any],
-        out: np.ndarray[Any, Any],
-    ) -> np.ndarray[Any, Any]:
-        """Rows ``idx`` from the blocks shared with the other workers, filling missing ones.
-
-        Slot = block, so row ``i`` is row ``i`` of the arena. Missing blocks are claimed and
-        filled a few at a time; those another worker was filling and still is once this one is
-        done are decoded into scratch rather than waited for.
-        """
-        missing = shared.pending(np.unique(blocks).tolist())
-        others: list[int] = []
-        step = max(1, decode_threads())
-        for g in range(0, len(missing), step):
-            # a few blocks at a time: workers that need the same blocks (two of them starting
-            # an epoch) then take turns filling them instead of each filling them all
-            fill, busy = shared.claim(np.asarray(missing[g : g + step], dtype=np.int64))
-            others += busy
-            try:
-                self._fill(dset, [(b, shared.arena[b]) for b in fill])
-            except BaseException:
-                shared.settle(fill, ok=False)
-                raise
-            shared.settle(fill, ok=True)
-        others = shared.pending(others)  # most of them were filled meanwhile
-        flat = shared.arena.reshape(-1, *self.geometry.row_shape)
-        if not others:  # every epoch after the first: one gather, nothing else
-            np.take(flat, idx, axis=0, out=out, mode="clip")  # idx was checked against length
-            return out
-        extra = {b: self.geometry.empty_block() for b in others}
-        self._fill(dset, list(extra.items()))
-        outside = np.isin(blocks, others)
-        self._gather_mixed(flat, idx, outside, idx, blocks, extra, out, None)
-        return out
+                filled += self._read_group(dset, ids, idx, blocks, out, pos)
+        return filled
 
     def _fill_claim(
         self, dset: h5py.Dataset, window: Window, claim: Claim
@@ -405,8 +446,11 @@ class ChunkEngine:
         idx: IndexArray,
         blocks: np.ndarray[Any, Any],
         out: np.ndarray[Any, Any],
-    ) -> np.ndarray[Any, Any]:
-        """No window (one row per block, or no budget): fill into the batch or scratch."""
+    ) -> int:
+        """No window (one row per block, or no budget): fill into the batch or scratch.
+
+        Returns how many blocks it filled (every one it needed).
+        """
         rows = self.geometry.block_rows
         if rows == 1:
             uniq, first = np.unique(idx, return_index=True)
@@ -414,7 +458,7 @@ class ChunkEngine:
             self._fill(dset, tasks)
             if uniq.size < idx.size:  # duplicates: copy from the first occurrence
                 out[...] = out[first[np.searchsorted(uniq, idx)]]
-            return out
+            return int(uniq.size)
         per_group = max(1, _GROUP_BYTES // max(1, self.block_nbytes))
         uniq = np.unique(blocks)
         for g in range(0, uniq.size, per_group):
@@ -423,7 +467,7 @@ class ChunkEngine:
             for b, arr in arrays.items():
                 pos = np.flatnonzero(blocks == b)
                 out[pos] = arr[idx[pos] - b * rows]
-        return out
+        return int(uniq.size)
 
     def _fill(self, dset: h5py.Dataset, tasks: list[_Task]) -> None:
         """Fill each task's block: in the decode pool when we decode, else in this thread."""

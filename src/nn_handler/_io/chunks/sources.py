@@ -147,6 +147,9 @@ class BlockSource(Protocol):
         ``parallel``: fill in the decode pool (never from inside a pool thread).
         """
 
+    def advise(self, blocks: Sequence[int]) -> None:
+        """Have the raw bytes of ``blocks`` read ahead (no wait; nothing where it cannot)."""
+
     @property
     def reads_runs(self) -> bool:
         """True when ``fill_run`` reads consecutive blocks cheaper than a ``fill`` each."""
@@ -189,6 +192,9 @@ class _Blocks(abc.ABC):
         blocks = dest.reshape(-1, self.geometry.block_rows, *self.geometry.row_shape)
         for k, block in enumerate(blocks):
             self.fill(dset, first + k, block)
+
+    def advise(self, blocks: Sequence[int]) -> None:  # noqa: B027 (a default, not abstract)
+        """Nothing: the source reads its bytes itself (h5py, or one chunk at a time)."""
 
 
 class H5pyBlocks(_Blocks):
@@ -234,6 +240,10 @@ class TableChunks(_Blocks):
         """See ``BlockSource.fill``."""
         raw, mask = self.table.read(block)
         self._decode(dset, block, raw, mask, dest)
+
+    def advise(self, blocks: Sequence[int]) -> None:
+        """See ``BlockSource.advise``: the kernel reads each span of them in one request."""
+        self.table.advise(blocks)
 
     def fill_many(
         self,

@@ -145,6 +145,17 @@ class ChunkTable:
         self._read([(start, stop - start)], [out], blocks)
         return out
 
+    def advise(self, blocks: Sequence[int]) -> None:
+        """Have the kernel read chunks ``blocks`` of a local file ahead (no wait).
+
+        Neighbouring chunks are asked for as one span (``LocalFile.advise``). A file in a
+        store: nothing (its reads are batched requests already).
+        """
+        ids = np.asarray(blocks, dtype=np.int64)
+        if ids.size and isinstance(self.file, LocalFile):
+            starts = self.offsets[ids]
+            self.file.advise(starts, starts + self.sizes[ids])
+
     def _read(
         self,
         ranges: list[tuple[int, int]],

@@ -22,6 +22,7 @@ from ..._validate import (
     check_int_at_most,
     check_non_negative_int,
     check_probability,
+    parse_size,
 )
 
 __all__ = ["FileOptions", "LockingMode", "resolve_file_options"]
@@ -62,6 +63,12 @@ class FileOptions:
             to cache the object's bytes (see ``docs/remote.md``). None: nothing is written.
         cache_limit: Most bytes ``cache_dir`` may hold (least recently used objects not in use
             are evicted). None: no cap.
+        decoded_budget: Bytes of decoded data the node may hold for datasets decoded whole: a
+            chunked dataset (compressed, or otherwise not served from a memory map) whose
+            decoded size fits is decoded once, in one pass, into memory every worker and rank
+            of the node shares, and read from there (``docs/h5_lazy_dataset.md``). An int or a
+            size such as ``"4GiB"``; 0: never. None: ``NN_HANDLER_DECODED_BUDGET``, else half
+            of the memory available (``MemAvailable``, or the cgroup's limit where lower).
     """
 
     rdcc_nbytes: int = 256 * 1024**2
@@ -73,6 +80,7 @@ class FileOptions:
     storage_options: Mapping[str, Any] | None = field(default=None, hash=False)
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | None = None
+    decoded_budget: int | str | None = None
 
     def __post_init__(self) -> None:
         check_non_negative_int("rdcc_nbytes", self.rdcc_nbytes)
@@ -100,6 +108,15 @@ class FileOptions:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
         if self.cache_limit is not None:
             check_count("cache_limit", self.cache_limit, minimum=1)
+        if self.decoded_budget is not None:
+            budget = parse_size("decoded_budget", self.decoded_budget)
+            check_non_negative_int("decoded_budget", budget)
+            object.__setattr__(self, "decoded_budget", budget)
+
+    @property
+    def decoded_budget_bytes(self) -> int | None:
+        """``decoded_budget`` in bytes; None for the default (``chunks/decoded.py``)."""
+        return None if self.decoded_budget is None else int(self.decoded_budget)
 
 
 def resolve_file_options(

@@ -31,6 +31,7 @@ import h5py
 import numpy as np
 
 from ..chunks.codecs import pipeline_for
+from ..chunks.decoded import decoded_budget
 from ..chunks.engine import ChunkEngine
 from ..chunks.sources import BlockSource, DirectChunks, Geometry, H5pyBlocks, TableChunks
 from ..chunks.table import ChunkTable
@@ -124,7 +125,9 @@ def _mapped(
     file = source.byte_source()  # (made only for data a map can serve)
     if not isinstance(file, Mappable):
         return None
-    mapped = MappedRows(rows, file, per, offsets)
+    span = int(offsets.max()) + min(per, rows.length) * rows.row_nbytes - int(offsets.min())
+    fits = span <= decoded_budget(source.options.decoded_budget_bytes)
+    mapped = MappedRows(rows, file, per, offsets, whole_fits=fits)
     probe = probe_rows(rows.length)
     agrees, _ = agrees_with_hdf5(dset, lambda _rows: mapped.gather(probe, False), probe)
     return mapped if agrees else None

@@ -1,0 +1,289 @@
+"""Datasets decoded whole, once, into memory the node shares (``_io/chunks/decoded.py``)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import multiprocessing.forkserver as forkserver
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from nn_handler._io.chunks import decoded as decoded_module
+from nn_handler._io.chunks import sources
+from nn_handler._io.chunks.decoded import DecodedBlocks
+from nn_handler._io.storage import node_memory
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    FileOptions,
+    H5LazyDataset,
+    batched_loader,
+    set_decode_threads,
+)
+
+from helpers.files import h5_rows
+
+TIMEOUT = 120
+ROWS = 203  # gzip + shuffle chunks of 8 rows: 26 blocks of 96 KiB (2.4 MB decoded)
+
+
+def big_rows(n: int = ROWS) -> np.ndarray[Any, Any]:
+    data = np.random.default_rng(0).standard_normal((n, 3, 32, 32)).astype(np.float32)
+    data[:, 0, 0, 0] = np.arange(n)
+    return data
+
+
+def engine_of(ds: H5LazyDataset) -> Any:
+    return ds._row_readers()[0]._rows.engine
+
+
+@pytest.fixture(autouse=True)
+def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    monkeypatch.setenv(node_memory.SHM_DIR_ENV, str(folder))
+    monkeypatch.delenv(decoded_module.BUDGET_ENV, raising=False)
+    set_decode_threads(None)
+    yield folder
+    set_decode_threads(None)
+
+
+@pytest.fixture
+def counted_fills(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Blocks decoded in this process and every process forked from it."""
+    count = mp.get_context("fork").Value("l", 0)
+    fill = sources.TableChunks.fill
+
+    def counting(self: Any, dset: Any, block: int, dest: Any) -> None:
+        with count.get_lock():
+            count.value += 1
+        fill(self, dset, block, dest)
+
+    monkeypatch.setattr(sources.TableChunks, "fill", counting)
+    return count
+
+
+@pytest.fixture
+def own_fork_server() -> Iterator[None]:
+    """A fork server with this test's environment (one started earlier has another shm folder)."""
+    forkserver._forkserver._stop()
+    yield
+    forkserver._forkserver._stop()  # (later tests get one with their own environment)
+
+
+@pytest.fixture
+def gzip_file(make_h5: Any) -> Path:
+    path: Path = make_h5({"x": (big_rows(), "gzip-shuffle"), "y": np.arange(ROWS)})
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [None, 2])
+def test_random_order_in_workers_decodes_each_block_once(
+    gzip_file: Path, counted_fills: Any, threads: int | None
+) -> None:
+    set_decode_threads(threads)
+    ds = H5LazyDataset(gzip_file, "x", "y")
+    blocks = engine_of(ds).geometry.count
+    loader = batched_loader(
+        ds, 16, shuffle=True, generator=torch.Generator().manual_seed(0), num_workers=2,
+        multiprocessing_context="fork", timeout=TIMEOUT,
+    )  # fmt: skip
+    expected = h5_rows(gzip_file, "x")
+    fills = []
+    for _epoch in range(2):
+        counted_fills.value = 0
+        ys = []
+        for xb, yb in loader:
+            np.testing.assert_array_equal(xb.numpy(), expected[yb.numpy()])
+            ys.append(yb.numpy())
+        assert sorted(np.concatenate(ys).tolist()) == list(range(ROWS))  # each sample once
+        fills.append(counted_fills.value)
+    assert fills == [blocks, 0]  # one pass shared by both workers; the next epoch decodes none
+
+
+@pytest.mark.slow
+def test_forkserver_workers_share_one_copy_by_name(
+    gzip_file: Path, shm: Path, own_fork_server: None
+) -> None:
+    ds = H5LazyDataset(gzip_file, "x", "y")
+    loader = batched_loader(
+        ds, 16, shuffle=True, num_workers=2, multiprocessing_context="forkserver",
+        timeout=TIMEOUT, persistent_workers=True,
+    )  # fmt: skip
+    expected = h5_rows(gzip_file, "x")
+    for _epoch in range(2):
+        ys = []
+        for xb, yb in loader:
+            np.testing.assert_array_equal(xb.numpy(), expected[yb.numpy()])
+            ys.append(yb.numpy())
+        assert sorted(np.concatenate(ys).tolist()) == list(range(ROWS))  # each sample once
+        assert len(os.listdir(shm)) == 1  # both workers read one region
+
+
+def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path) -> None:
+    ds = H5LazyDataset(gzip_file, "x")
+    engine = engine_of(ds)
+    np.testing.assert_array_equal(ds[5].numpy(), h5_rows(gzip_file, "x", [5])[0])
+    np.testing.assert_array_equal(ds[[5, 1, 5]].numpy(), h5_rows(gzip_file, "x", [5, 1, 5]))
+    assert engine._decoded.ready() is None and os.listdir(shm) == []
+    rows = [200, 3, 3, 100, 17]
+    np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
+    assert engine._decoded.ready() is not None and len(os.listdir(shm)) == 1
+    np.testing.assert_array_equal(ds[::-1].numpy(), h5_rows(gzip_file, "x")[::-1])
+    np.testing.assert_array_equal(ds[10:60].numpy(), h5_rows(gzip_file, "x")[10:60])
+
+
+def test_the_budget_decides(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    size = engine_of(H5LazyDataset(gzip_file, "x")).geometry.count * 8 * 12288
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size))._decoded is not None
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size - 1))._decoded is None
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget="1KiB"))._decoded is None
+    options = FileOptions(decoded_budget=0)
+    assert engine_of(H5LazyDataset(gzip_file, "x", file_options=options))._decoded is None
+    monkeypatch.setenv(decoded_module.BUDGET_ENV, "1MiB")
+    assert engine_of(H5LazyDataset(gzip_file, "x"))._decoded is None
+    monkeypatch.setenv(decoded_module.BUDGET_ENV, "4 GiB")
+    over = H5LazyDataset(gzip_file, "x")
+    assert engine_of(over)._decoded is not None
+    rows = [9, 200, 0]
+    np.testing.assert_array_equal(over[rows].numpy(), h5_rows(gzip_file, "x", rows))
+    monkeypatch.setenv(decoded_module.BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match="NN_HANDLER_DECODED_BUDGET must be a size"):
+        H5LazyDataset(gzip_file, "x")
+
+
+def test_a_budget_set_counts_the_other_decoded_datasets(make_h5: Any) -> None:
+    a = make_h5({"x": (big_rows(), "gzip-shuffle")})
+    b = make_h5({"x": (big_rows(), "gzip-shuffle")})
+    size = engine_of(H5LazyDataset(a, "x")).geometry.count * 8 * 12288
+    first = H5LazyDataset(a, "x", decoded_budget=int(1.5 * size))
+    first[[0, 100]]  # decoded: its region holds ~size bytes of the node's memory
+    assert engine_of(H5LazyDataset(b, "x", decoded_budget=int(1.5 * size)))._decoded is None
+    # the same dataset again is joined, whatever the budget says
+    assert engine_of(H5LazyDataset(a, "x", decoded_budget=1024))._decoded is not None
+
+
+@pytest.mark.parametrize("value", [-1, "lots", True, 1.5])
+def test_a_bad_budget_names_the_keyword(gzip_file: Path, value: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="decoded_budget"):
+        H5LazyDataset(gzip_file, "x", decoded_budget=value)
+
+
+def _read_in_child(ds: H5LazyDataset, rows: list[int], queue: Any) -> None:
+    fills = []
+    fill = sources.TableChunks.fill
+
+    def counting(self: Any, dset: Any, block: int, dest: Any) -> None:
+        fills.append(block)
+        fill(self, dset, block, dest)
+
+    sources.TableChunks.fill = counting  # type: ignore[method-assign]
+    queue.put((ds[rows].numpy(), len(fills)))
+
+
+@pytest.mark.slow
+def test_a_spawned_process_reads_the_copy_another_process_decoded(gzip_file: Path) -> None:
+    ds = H5LazyDataset(gzip_file, "x")
+    rows = [200, 3, 3, 100]
+    ds[rows]  # decoded here, into a named region
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_read_in_child, args=(ds, rows, queue))
+    proc.start()
+    got, fills = queue.get(timeout=TIMEOUT)
+    proc.join(TIMEOUT)
+    assert proc.exitcode == 0
+    np.testing.assert_array_equal(got, h5_rows(gzip_file, "x", rows))
+    assert fills == 0  # not a block decoded again in the other process
+
+
+def test_no_room_for_the_region_falls_back_and_says_so_once(
+    gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(decoded_module, "shm_room", lambda: 1024)
+    caplog.set_level(logging.WARNING)
+    ds = H5LazyDataset(gzip_file, "x")
+    decoded = engine_of(ds)._decoded
+    assert decoded is not None and decoded.name is None  # forked workers still share it
+    rows = [200, 3, 100, 9]
+    np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
+    H5LazyDataset(gzip_file, "x")  # the same dataset again: said already
+    said = [r.getMessage() for r in caplog.records if "shared memory" in r.getMessage()]
+    assert len(said) == 1 and "--shm-size" in said[0] and "1.0 KiB free" in said[0]
+    copy = pickle.loads(pickle.dumps(ds))  # spawned: the forked-only memory stays behind
+    assert not engine_of(copy)._decoded.usable
+    np.testing.assert_array_equal(copy[rows].numpy(), h5_rows(gzip_file, "x", rows))
+
+
+def test_a_region_that_cannot_be_made_leaves_the_window(
+    gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(decoded_module, "open_region", lambda name, nbytes: None)
+    caplog.set_level(logging.WARNING)
+    ds = H5LazyDataset(gzip_file, "x")
+    rows = [200, 3, 100, 9]
+    np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
+    assert engine_of(ds)._decoded is None
+    assert any("no room for its decoded copy" in r.getMessage() for r in caplog.records)
+
+
+def geometry_of(path: Path) -> Any:
+    return engine_of(H5LazyDataset(path, "x")).geometry
+
+
+def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path) -> None:
+    geometry = geometry_of(gzip_file)
+    store = DecodedBlocks(geometry, "unit", segment_bytes=4 * geometry.block_nbytes)
+    assert (store.segment_blocks, store.segments) == (4, 7)  # 26 blocks
+    view = store._attach()
+    assert view is not None
+    assert [store._claim(view), store._claim(view)] == [0, 1]
+    store._settle(view, 0, decoded_module._READY)
+    store._settle(view, 1, decoded_module._EMPTY)  # a fill that failed: claimed again
+    assert store._claim(view) == 1
+    view.owners[1] = _gone_pid()  # its filler was killed
+    for k in range(2, 7):
+        assert store._claim(view) == k
+    assert store._claim(view) == 1  # nothing EMPTY: the dead filler's segment is taken over
+    assert store._claim(view) is None and not view.complete  # the others: still filling
+    for k in range(1, 7):
+        store._settle(view, k, decoded_module._READY)
+    assert store._claim(view) is None and view.complete
+
+
+def test_a_fill_that_fails_leaves_its_segment_empty_and_raises(gzip_file: Path) -> None:
+    store = DecodedBlocks(geometry_of(gzip_file), "failing")
+    calls: list[int] = []
+
+    def fill(first: int, count: int, dest: Any) -> None:
+        calls.append(first)
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="disk went away"):
+        store.complete(fill, lambda first, count: None)
+    view = store._attach()
+    assert view is not None and calls == [0] and int(view.states[0]) == decoded_module._EMPTY
+
+
+def _gone_pid() -> int:
+    proc = mp.get_context("fork").Process(target=int)
+    proc.start()
+    proc.join(timeout=TIMEOUT)
+    assert proc.pid is not None
+    return proc.pid
+
+
+def test_a_chunk_sampler_reads_the_copy_too(gzip_file: Path) -> None:
+    ds = H5LazyDataset(gzip_file, "x", "y")
+    order = list(ChunkShuffleSampler(ds, seed=3))
+    loader = batched_loader(ds, 10, sampler=ChunkShuffleSampler(ds, seed=3))
+    got = torch.cat([xb for xb, _ in loader]).numpy()
+    np.testing.assert_array_equal(got, h5_rows(gzip_file, "x", order))
+    assert engine_of(ds)._decoded.ready() is not None
