@@ -64,6 +64,8 @@ class DemoSummary:
     train_samples_per_s: float
     loader_samples_per_s: float
     seconds: float
+    #: share of the training epochs the loop spent waiting for batches (their mean)
+    train_wait_share: float
     data_folder: str
     history: list[dict[str, float]] = field(default_factory=list)
 
@@ -308,6 +310,7 @@ def _train(cfg: _Config, log_fn: Callable[[str], None]) -> DemoSummary:
         train_samples_per_s=float(np.mean([r["samples_per_s"] for r in history])),
         loader_samples_per_s=loader_rate,
         seconds=time.perf_counter() - start,
+        train_wait_share=float(np.mean([r["train_wait_share"] for r in history])),
         data_folder=cfg.data.folder,
         history=[dict(r) for r in history],
     )

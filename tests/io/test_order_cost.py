@@ -108,3 +108,18 @@ def test_forked_workers_say_it_once_between_them(
     )  # fmt: skip
     assert len(epochs(loader, 1)) == ROWS
     assert capfd.readouterr().err.count("is read in a random order") == 1
+
+
+def test_the_advice_says_which_memory_holds_the_decoded_dataset() -> None:
+    from nn_handler._io.chunks.order_cost import random_order_advice
+
+    mib = 1024**2
+    budget = random_order_advice("f.h5", 100 * mib, 200 * mib, 64, 12288, window=256 * mib)
+    assert "fits the decoded budget (200.0 MiB)" in budget
+    window = random_order_advice("f.h5", 100 * mib, 0, 64, 12288, window=256 * mib)
+    assert "decodes each chunk once" in window and "rdcc_nbytes=256.0 MiB" in window
+    neither = random_order_advice("f.h5", 300 * mib, 0, 64, 12288, window=256 * mib)
+    assert "a random order decodes a 64-row chunk per sample" in neither
+    assert "ChunkShuffleSampler" in neither and "nn-handler rewrite f.h5" in neither
+    url = random_order_advice("s3://b/f.h5", 100 * mib, None, 64, 12288)
+    assert url.startswith("over a URL (never decoded whole)")

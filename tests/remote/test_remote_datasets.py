@@ -27,6 +27,7 @@ from nn_handler.dataloaders import (
     RemoteAccessError,
     RemoteReadError,
     batched_loader,
+    wait_advice,
 )
 
 from helpers.object_servers import put_object
@@ -306,3 +307,11 @@ def test_a_store_failing_while_h5py_opens_the_file_is_not_called_damaged(http):
     http.fail_next = [403] * 50
     with pytest.raises(RemoteAccessError, match=r"f\.h5.*refused access"):
         pickle.loads(state)[0]  # a fresh copy opens the file again, through h5py
+
+
+def test_wait_advice_names_a_url_read_without_a_cache(http, tmp_path):
+    _write(http.root / "f.h5")
+    bare = batched_loader(H5LazyDataset(http.url("f.h5"), "x", "y"), 64, num_workers=1)
+    assert any("cache_dir=" in line and "f.h5" in line for line in wait_advice(bare))
+    cached = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
+    assert not any("cache_dir=" in a for a in wait_advice(batched_loader(cached, 64)))

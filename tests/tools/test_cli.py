@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,8 +55,9 @@ def test_inspect_text(path, monkeypatch):
     monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1KiB")
     code, out, err = run("inspect", path)
     assert code == 0, err
-    assert "exceeds the decoded budget (1.0 KiB)" in out
-    assert "a random order decodes a 8-row chunk per sample (gzip(level=4))" in out
+    # beyond the budget, still within the chunk cache: each chunk decoded once in any order
+    assert "a random order decodes each chunk once" in out
+    assert "fits the chunk cache (rdcc_nbytes=256.0 MiB)" in out
 
 
 def test_inspect_json_matches(path):
@@ -108,6 +110,8 @@ def test_demo_quick_mode_reports_accuracy(tmp_path):
     assert "validation accuracy" in out
     assert "(chance 25%)" in out
     assert "samples/s" in out
+    assert re.search(r"waiting for data \d+% of the time", out)  # the loop's wait share
+    assert re.search(r"epoch 1/1: .* \| waited for data \d+%", out)
     assert (tmp_path / "d" / "demo.h5").exists()  # --out keeps the data
 
 
@@ -143,6 +147,26 @@ def test_bench_file_table_and_recommendation(path):
     assert "ChunkShuffleSampler" in out
     assert "recommendation:" in out
     assert "timing " in err  # progress goes to stderr, the table to stdout
+
+
+@pytest.mark.slow
+def test_bench_step_ms_prints_the_wait_at_each_num_workers(path):
+    args = ("bench", path, "--x-key", "x", "--y-key", "y", "--seconds", "0.3")
+    code, out, err = run(*args, "--step-ms", "40", timeout=240)
+    assert code == 0, err
+    section = out.split("with a 40 ms step (")[1].split("recommendation:")[0]
+    rows = [r.split(" | ") for r in section.splitlines() if r.startswith("| ") and "%" in r]
+    workers = [int(r[0][2:]) for r in rows]
+    assert workers[0] == 0 and workers == sorted(workers)
+    shares = [float(r[1].rstrip("%")) for r in rows]
+    assert all(0 <= s <= 100 for s in shares)
+    # a 40 ms step outlasts reading a batch of this small file: the first setting keeps up
+    assert "num_workers=0 keeps the wait under 5%" in section, section
+    assert "timing a 40 ms step with num_workers=0" in err
+    code, _, err = run("bench", "--synthetic", "--step-ms", "5")
+    assert code == 2 and "--step-ms applies to a FILE" in err
+    code, _, err = run(*args, "--step-ms", "0")
+    assert code == 1 and "step_ms must be a step's length in milliseconds (> 0), got 0.0" in err
 
 
 def test_bench_usage_and_errors(path):

@@ -72,8 +72,7 @@ def test_advice_is_specific(path, monkeypatch):
     monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1KiB")
     ds = by_path(inspect_file(path))
     (img_advice,) = ds["train/images"].advice
-    assert "a random order decodes a 8-row chunk per sample (shuffle+gzip(level=4))" in img_advice
-    assert "ChunkShuffleSampler" in img_advice and "nn-handler rewrite" in img_advice
+    assert "a random order decodes each chunk once" in img_advice  # the chunk cache holds it
     assert "memory speed" in ds["train/labels"].advice[0]
     assert "a sample spans 4 chunks ((5, 2, 2))" in ds["split"].advice[0]
     assert "chunks=(5, 3, 4)" in ds["split"].advice[0]
@@ -133,3 +132,17 @@ def test_errors(tmp_path):
     bad.write_bytes(b"nope")
     with pytest.raises(OSError, match="not an HDF5 file"):
         inspect_file(bad)
+
+
+def test_a_dataset_beyond_the_budget_and_the_chunk_cache_gets_both_fixes(tmp_path, monkeypatch):
+    monkeypatch.setenv("NN_HANDLER_DECODED_BUDGET", "1MiB")
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:  # 400 MB decoded, one chunk written: a small file
+        x = f.create_dataset(
+            "x", (100_000, 1024), "f4", chunks=(64, 1024), compression="gzip", shuffle=True
+        )
+        x[:64] = 1.0
+    (advice,) = by_path(inspect_file(path))["x"].advice
+    assert "exceeds the decoded budget (1.0 MiB)" in advice
+    assert "a random order decodes a 64-row chunk per sample (shuffle+gzip(level=4))" in advice
+    assert "ChunkShuffleSampler" in advice and f"nn-handler rewrite {path}" in advice

@@ -76,9 +76,11 @@ def test_learns_through_h5_lazy_dataset_with_two_workers(tmp_path):
     assert history[-1]["val_acc"] > 0.8  # chance is 1/3
     assert all(r["samples_per_s"] > 0 and r["steps"] == 38 for r in history)
     assert handler.history == history
-    assert len(lines) == 3
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 3
+    assert len(lines) <= 4  # and at most one line on why the loop waited (tests/training/..._wait)
     assert re.match(
-        r"epoch 3/3: train_loss \S+ train_acc \S+ val_loss \S+ val_acc \S+ \| ", lines[2]
+        r"epoch 3/3: train_loss \S+ train_acc \S+ val_loss \S+ val_acc \S+ \| ", epochs[2]
     )
 
 

@@ -320,7 +320,10 @@ def _random_access_advice(r: DatasetReport, rows: int, per_row: int, path: str) 
     assert r.shape is not None
     budget = None if is_url(path) else decoded_budget(None)
     filters = "+".join(r.filters)
-    return random_order_advice(path, r.shape[0] * per_row, budget, rows, per_row, filters)
+    decoded = r.shape[0] * per_row
+    return random_order_advice(
+        path, decoded, budget, rows, per_row, filters, window=_OUR_DEFAULT_CACHE
+    )
 
 
 def _cache_advice(chunk_bytes: int, n_chunks: int, path: str) -> list[str]:

@@ -37,6 +37,9 @@ class EpochProgress:
         batches: Batches trained so far in this epoch.
         steps: Optimizer steps taken so far in this epoch.
         elapsed: Seconds spent training in this epoch so far.
+        wait: Seconds of ``elapsed`` the loop spent waiting for the next batch.
+        first_wait: Seconds of ``wait`` the epoch's first batch took (workers starting, a
+            dataset decoded whole before it).
         sums: Running loss/metric sums (live ``Sums``, or their state from a checkpoint).
         sampler_state: The sampler's position from a checkpoint (None: derive it, or
             fast-forward).
@@ -47,6 +50,8 @@ class EpochProgress:
     batches: int = 0
     steps: int = 0
     elapsed: float = 0.0
+    wait: float = 0.0
+    first_wait: float = 0.0
     sums: Sums | dict[str, Any] | None = None
     sampler_state: dict[str, Any] | None = None
 
@@ -62,6 +67,8 @@ class EpochProgress:
             "batches": self.batches,
             "steps": self.steps,
             "elapsed": self.elapsed,
+            "wait": self.wait,
+            "first_wait": self.first_wait,
             "sums": sums,
             "sampler_state": sampler,
         }
@@ -120,12 +127,14 @@ def run_train_epoch(
 
     ``on_step(epoch_done)`` runs after every optimizer step; returning False mid-epoch stops
     the epoch there (the position stays in ``progress`` for ``save()`` or the next
-    ``train()`` call).
+    ``train()`` call). The time each ``next(iterator)`` blocked adds to ``progress.wait``
+    (the bar shows its share of the epoch so far).
     """
     sums = progress.sums if isinstance(progress.sums, Sums) else trainer.new_sums(progress.sums)
     progress.sums = sums
     trainer.model.train()
-    started = time.perf_counter() - progress.elapsed
+    clock = time.perf_counter
+    started = clock() - progress.elapsed
 
     def step(done: bool) -> bool:
         trainer.optimizer_step()
@@ -134,15 +143,22 @@ def run_train_epoch(
         return on_step(done) or done
 
     pending = False
+    asked = clock()
     for (scale, last), batch in zip(
         accumulation_groups(n_batches, accumulate, progress.batches), iterator, strict=False
     ):
+        got = clock()
+        progress.wait += got - asked
+        if not progress.batches:
+            progress.first_wait = got - asked
         trainer.train_batch(batch, sums, scale=scale, sync=last)
         progress.batches += 1
+        bar.set_postfix_str(f"wait {progress.wait / max(got - started, 1e-9):.0%}", refresh=False)
         bar.update()
         pending = not last
         if last and not step(progress.batches == n_batches):
             return False
+        asked = clock()
     if pending:  # the loader ended inside a group (its length was unknown)
         step(True)
     progress.elapsed = time.perf_counter() - started

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from ..dataloaders import WaitMeter, WaitSummary, wait_advice
 from ..distributed import World
 from . import ddp as _ddp
 from .config import is_plateau
@@ -19,6 +20,9 @@ from .handler_loaders import LoaderParts
 from .step import Sums, Trainer
 
 Record = dict[str, float]
+
+#: above this share of an epoch spent waiting for batches, the run says why, once
+WAIT_ADVICE_SHARE = 0.2
 
 
 @dataclass
@@ -54,6 +58,7 @@ class Fit:
     save_every: int | None
     show_progress: bool
     log: Callable[[str], None]
+    advised: bool = False
 
     def run(self, state: RunState) -> list[Record]:
         """Train until ``epochs`` are complete or ``max_steps`` is reached."""
@@ -104,9 +109,11 @@ class Fit:
         train = progress.sums.reduced(self.trainer.world)
         record: Record = {"epoch": float(progress.epoch)}
         record.update({f"train_{k}": v for k, v in train.items() if k != "samples"})
+        record.update(train_wait_s=progress.wait, train_wait_share=_share(progress))
         if self.val_loader is not None:
-            val = evaluate(self.trainer, self.val_loader, self.show_progress)
+            val, waited = timed_evaluate(self.trainer, self.val_loader, self.show_progress)
             record.update({f"val_{k}": v for k, v in val.items() if k != "samples"})
+            record.update(val_wait_s=waited.wait_s, val_wait_share=waited.wait_share)
         assert self.trainer.optimizer is not None
         record.update(
             lr=float(self.trainer.optimizer.param_groups[0]["lr"]),
@@ -118,7 +125,25 @@ class Fit:
         state.history.append(record)
         state.progress, state.epoch = None, state.epoch + 1
         self.log(describe(record, self.epochs))
+        self._advise(progress)
         return record
+
+    def _advise(self, progress: EpochProgress) -> None:
+        """Once per ``train()`` call: why the training loop waits, when it waited much.
+
+        Judged without the epoch's first batch, whose wait is start-up (workers starting, a
+        dataset decoded whole) that later epochs do not pay.
+        """
+        after_first = progress.elapsed - progress.first_wait
+        share = (progress.wait - progress.first_wait) / after_first if after_first > 0 else 0.0
+        if self.advised or share <= WAIT_ADVICE_SHARE or not self.trainer.world.is_main:
+            return
+        self.advised = True
+        causes = wait_advice(self.train_loader, self.trainer.device)
+        self.log(
+            f"nn_handler: the training loop waited for its batches {share:.0%} of epoch "
+            f"{progress.epoch + 1} (after its first batch); likely: " + "; ".join(causes)
+        )
 
     def _step_scheduler(self, record: Record) -> None:
         if self.scheduler is None or self.interval != "epoch":
@@ -131,12 +156,25 @@ class Fit:
 
 def evaluate(trainer: Trainer, loader: DataLoader[Any], show_progress: bool) -> dict[str, float]:
     """``trainer.evaluate`` over ``loader`` with a progress bar."""
+    return timed_evaluate(trainer, loader, show_progress)[0]
+
+
+def timed_evaluate(
+    trainer: Trainer, loader: DataLoader[Any], show_progress: bool
+) -> tuple[dict[str, float], WaitSummary]:
+    """``evaluate``, and how long this rank's loop waited for its batches."""
     try:
         total: int | None = len(loader)
     except TypeError:
         total = None
+    meter = WaitMeter(loader)
     with tqdm(total=total, desc="validation", leave=False, disable=not show_progress) as bar:
-        return trainer.evaluate(loader, bar.update)
+        values = trainer.evaluate(meter, bar.update)
+    return values, meter.summary()
+
+
+def _share(progress: EpochProgress) -> float:
+    return progress.wait / progress.elapsed if progress.elapsed > 0 else 0.0
 
 
 def agreed_batches(
@@ -168,7 +206,11 @@ def describe(record: Record, epochs: int) -> str:
     """One log line for an epoch record."""
     parts = [f"epoch {int(record['epoch']) + 1}/{epochs}:"]
     for key, value in record.items():
-        if key.startswith(("train_", "val_")):
+        if key.startswith(("train_", "val_")) and "_wait_" not in key:
             parts.append(f"{key} {value:.4g}")
     parts.append(f"| {record['samples_per_s']:,.0f} samples/s")
+    wait = f"| waited for data {record['train_wait_share']:.0%}"
+    if "val_wait_share" in record:
+        wait += f" (validation {record['val_wait_share']:.0%})"
+    parts.append(wait)
     return " ".join(parts)

@@ -6,6 +6,7 @@ import math
 
 from .._io.chunks.decoded import decoded_budget
 from .._io.chunks.order_cost import random_order_advice
+from .._io.file.options import FileOptions
 from .._validate import format_bytes
 from .file_report import BLOCK_CHUNKS, BLOCKS, CACHED, CHUNK, EPOCH, GETITEMS, FileBench
 from .remote_file import CACHE_COLD, CACHE_WARM, NAIVE_FSSPEC
@@ -21,10 +22,9 @@ def recommend(r: FileBench) -> list[str]:
     advice = [f"stream: {_how(streaming.name, r)} ({streaming.rate:,.0f} samples/s)"]
     if r.strategy in ("decode", "chunks") and (r.chunk_rows or 1) > 1 and not r.remote:
         decoded, budget = r.samples * r.x_row_bytes, decoded_budget(None)
-        advice.append(
-            "order: "
-            + random_order_advice(r.path, decoded, budget, r.chunk_rows or 1, r.x_row_bytes)
-        )
+        rows, window = r.chunk_rows or 1, FileOptions().rdcc_nbytes  # (bench opens with defaults)
+        order = random_order_advice(r.path, decoded, budget, rows, r.x_row_bytes, window=window)
+        advice.append(f"order: {order}")
     if r.remote:
         advice.append(_cache_dir_advice(r))
     cached = next((x for x in r.results if x.name == CACHED), None)

@@ -49,6 +49,7 @@ from .remote_file import (
     time_cache_passes,
     time_fsspec_naive,
 )
+from .step_wait import time_step_waits
 from .timing import Result, batch_len, epochs, timed_pass
 
 __all__ = ["FileBench", "bench_file"]
@@ -68,6 +69,7 @@ def bench_file(
     batch_size: int = 256,
     storage_options: Mapping[str, Any] | None = None,
     cache_dir: str | None = None,
+    step_ms: float | None = None,
     log_fn: Callable[[str], None] | None = None,
 ) -> FileBench:
     """Time the loader strategies on ``path`` for about ``seconds`` each.
@@ -82,16 +84,22 @@ def bench_file(
         storage_options: For a URL: the fsspec filesystem's options (credentials, endpoint).
         cache_dir: For a URL: a node-local directory; the fastest batched strategy is also
             timed filling a cache there and reading from it (in a scratch folder, removed).
+        step_ms: A training step's length in milliseconds: the fastest batched strategy is
+            also timed under a simulated step of that length at each ``num_workers`` up to
+            the usable cores, for the share of time the step waits (``step_wait.py``).
         log_fn: Called with a line before each strategy is timed.
 
     Raises:
         FileNotFoundError / OSError / KeyError / ValueError / TypeError: as ``H5LazyDataset``
             for a missing file, a missing key or data torch cannot hold.
         RemoteAccessError / RemoteReadError / ImportError: as ``H5LazyDataset`` for a URL.
-        ValueError: ``storage_options`` or ``cache_dir`` given for a local path.
+        ValueError: ``storage_options`` or ``cache_dir`` given for a local path; ``seconds``
+            or ``step_ms`` not above 0.
     """
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if step_ms is not None and not (isinstance(step_ms, int | float) and 0 < step_ms < 1e6):
+        raise ValueError(f"step_ms must be a step's length in milliseconds (> 0), got {step_ms!r}")
     check_positive_int("batch_size", batch_size)
     _check_remote_options(path, storage_options, cache_dir)
     say = log_fn or _quiet
@@ -128,8 +136,20 @@ def bench_file(
     if cache_dir is not None:
         _time_cache(report, batch_size, seconds, say)
     _try_rank_cache(report, batch_size, seconds, say)
+    if step_ms is not None:
+        _time_step(report, batch_size, float(step_ms), seconds, say)
     report.recommendation = recommend(report)
     return report
+
+
+def _time_step(r: FileBench, batch_size: int, step_ms: float, seconds: float, say: Any) -> None:
+    """The wait of a ``step_ms`` step fed by the fastest batched strategy (``step_wait.py``)."""
+    samplers = _samplers(r, batch_size)
+    best = max((x for x in r.results if x.name in samplers), key=lambda x: x.rate)
+    r.step_ms, r.step_strategy = step_ms, best.name
+    r.step_waits = time_step_waits(
+        lambda: _open(r), samplers[best.name], batch_size, step_ms, seconds, say
+    )
 
 
 def _check_remote_options(

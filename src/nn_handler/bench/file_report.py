@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .step_wait import StepWait
 from .timing import Result
 
 __all__ = [
@@ -56,6 +57,10 @@ class FileBench:
     storage_options: dict[str, Any] | None = field(default=None, repr=False)
     #: bytes of one decoded row of ``x_key`` (for the decoded-budget advice)
     x_row_bytes: int = 0
+    #: ``--step-ms``: the simulated step, the strategy timed under it, and the wait per setting
+    step_ms: float | None = None
+    step_strategy: str | None = None
+    step_waits: list[StepWait] = field(default_factory=list)
 
     @property
     def best(self) -> Result:

@@ -32,6 +32,14 @@ def add_bench(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--y-key", help="dataset of the targets (optional)")
     p.add_argument("--seconds", type=float, default=3.0, help="budget per strategy (default 3)")
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument(
+        "--step-ms",
+        type=float,
+        metavar="MS",
+        help="your training step's length: also time the fastest strategy under a simulated "
+        "step of MS milliseconds at each num_workers, and print the wait share of each and "
+        "the smallest num_workers that keeps it under 5 %%",
+    )
     p.add_argument("--synthetic", action="store_true", help="run the benchmark suite")
     p.add_argument("--n", type=int, default=50_000, help="--synthetic: samples per layout")
     p.add_argument("--layouts", help="--synthetic: comma-separated layouts (default: all)")
@@ -43,6 +51,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         args.parser.error("give either FILE (with --x-key) or --synthetic")
     if args.synthetic and (args.storage_options or args.cache_dir):
         args.parser.error("--storage-option and --cache-dir apply to a FILE URL, not --synthetic")
+    if args.synthetic and args.step_ms is not None:
+        args.parser.error("--step-ms applies to a FILE, not --synthetic")
     if args.synthetic:
         from ..bench import run_suite
 
@@ -61,6 +71,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         storage_options=storage_options_of(args),
         cache_dir=args.cache_dir,
+        step_ms=args.step_ms,
         log_fn=lambda line: print(line, file=sys.stderr),
     )
     print(format_bench(report))
@@ -89,7 +100,32 @@ def format_bench(report: Any) -> str:
         )
     if report.preload_s is not None:
         lines.append(f"\nRankMemCachedH5Dataset preload: {report.preload_s:.2f} s")
+    if report.step_ms is not None:
+        lines.extend(_step_lines(report))
     lines.extend(f"skipped: {s}" for s in report.skipped)
     lines.append("\nrecommendation:")
     lines.extend(f"  - {a}" for a in report.recommendation)
     return "\n".join(lines)
+
+
+def _step_lines(report: Any) -> list[str]:
+    from ..bench.step_wait import LIMIT, enough_workers
+
+    lines = [
+        f"\nwith a {report.step_ms:g} ms step ({report.step_strategy}):",
+        "| num_workers | step waits | samples/s |",
+        "|---:|---:|---:|",
+    ]
+    for w in report.step_waits:
+        lines.append(f"| {w.workers} | {w.wait_share:.1%} | {w.samples_per_s:,.0f} |")
+    enough = enough_workers(report.step_waits)
+    if enough is not None:
+        lines.append(f"num_workers={enough.workers} keeps the wait under {LIMIT:.0%}")
+    else:
+        last = report.step_waits[-1]
+        lines.append(
+            f"no setting keeps the wait under {LIMIT:.0%} (at num_workers={last.workers}: "
+            f"{last.wait_share:.0%}): this file and order cannot feed a {report.step_ms:g} ms "
+            "step on this machine; see the recommendation below for a faster order or layout"
+        )
+    return lines

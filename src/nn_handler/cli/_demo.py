@@ -100,8 +100,9 @@ def _demo_summary(s: Any, *, kept: bool) -> str:
             f"{s.epochs} epoch{'s' if s.epochs > 1 else ''}, {s.seconds:.1f} s):",
             f"  validation accuracy {s.val_accuracy:.1%} on {s.val_samples} samples "
             f"(chance {s.chance:.0%}), loss {s.val_loss:.3f}",
-            f"  training {s.train_samples_per_s:,.0f} samples/s per process; "
-            f"loader alone {s.loader_samples_per_s:,.0f} samples/s",
+            f"  training {s.train_samples_per_s:,.0f} samples/s per process, waiting for data "
+            f"{s.train_wait_share:.0%} of the time; loader alone "
+            f"{s.loader_samples_per_s:,.0f} samples/s",
             f"  data: {where}",
         ]
     )

@@ -57,6 +57,8 @@ from .samplers import (
 )
 from .shard_sampler import ShardEpochSampler
 from .transforms import decode_image
+from .wait import WaitMeter, WaitSummary
+from .wait_advice import wait_advice
 
 __all__ = [
     "BatchIndexable",
@@ -93,6 +95,8 @@ __all__ = [
     "ShardSampler",
     "SplitsRanks",
     "VariableBlocks",
+    "WaitMeter",
+    "WaitSummary",
     "_balanced_contiguous_shard",
     "_interleaved_indices",
     "batched_loader",
@@ -108,4 +112,5 @@ __all__ = [
     "set_decode_threads",
     "set_epoch_once",
     "splits_across_ranks",
+    "wait_advice",
 ]

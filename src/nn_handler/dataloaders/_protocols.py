@@ -28,11 +28,13 @@ __all__ = [
     "ChunkAware",
     "ChunkWindowed",
     "EpochAware",
+    "ExplainsWaits",
     "ForkOnly",
     "PlansWindow",
     "RankSharded",
     "ReadsAhead",
     "Resumable",
+    "Shuffles",
     "SplitsRanks",
     "VariableBlocks",
     "WrapsSampler",
@@ -199,6 +201,20 @@ class WrapsSampler(Protocol):
     """A sampler that draws from another one (torch's ``BatchSampler``, our readahead)."""
 
     sampler: Any
+
+
+@runtime_checkable
+class Shuffles(Protocol):
+    """A sampler that says whether it draws in a random order (``DistributedSampler``, ours)."""
+
+    shuffle: bool
+
+
+@runtime_checkable
+class ExplainsWaits(Protocol):
+    """A dataset that can say what makes its batches slow to read (``wait_advice`` asks it)."""
+
+    def wait_causes(self, random_order: bool) -> list[str]: ...
 
 
 @runtime_checkable

@@ -235,6 +235,23 @@ class H5LazyDataset(Dataset[Sample]):
             return 1
         return adjacent_chunks(self.window_cache_nbytes(None, 1))
 
+    def wait_causes(self, random_order: bool) -> list[str]:
+        """What makes batches of this dataset slow to read, each with its fix (``wait_advice``).
+
+        Args:
+            random_order: The loader draws samples in a random order (not chunk by chunk).
+        """
+        causes = []
+        if random_order:
+            causes += [c for r in self._row_readers() if (c := r.random_order_cost())]
+        if self._source.is_remote and self._source.options.cache_dir is None:
+            causes.append(
+                f"{self.path!r} is read over the network without a cache: every epoch fetches "
+                "its chunks again; pass cache_dir= (a node-local folder every process of the "
+                "node shares, see docs/remote.md)"
+            )
+        return causes
+
     @property
     def is_open(self) -> bool:
         """True when this process holds an open file handle."""

@@ -38,7 +38,7 @@ from ..file.source import H5Source
 from ..indices import IndexArray
 from ..process import PerProcess
 from .decoded import DecodedBlocks, decoded_budget, plan_decoded, region_name
-from .order_cost import RandomOrderCost
+from .order_cost import RandomOrderCost, random_order_advice
 from .pool import decode_threads, run_parallel, submit
 from .sources import BlockSource, Geometry
 from .window import Claim, Window
@@ -112,6 +112,21 @@ class ChunkEngine:
     def clear(self) -> None:
         """Drop this process's window of decoded blocks (a whole decoded copy stays)."""
         self.cache.clear()
+
+    def random_order_cost(self) -> str | None:
+        """What a random order costs beyond a chunk order, and the fixes (None: nothing more).
+
+        Something when a random order decodes a block per row: the dataset is too big for its
+        decoded budget and for its window (the case ``RandomOrderCost`` watches).
+        """
+        order = self._order
+        if order is None:
+            return None
+        g = self.geometry
+        budget = None if self.file.is_remote else order.budget
+        return random_order_advice(
+            g.path, g.count * g.block_nbytes, budget, g.block_rows, g.row_nbytes
+        )
 
     def _plan_decoded(self) -> DecodedBlocks | None:
         """The whole decoded copy, for a local dataset that fits the budget and does not grow.

@@ -94,6 +94,7 @@ def random_order_advice(
     chunk_rows: int,
     row_nbytes: int,
     filters: str = "",
+    window: int = 0,
 ) -> str:
     """What a random order costs on a chunked, compressed dataset, and what to do about it.
 
@@ -105,12 +106,19 @@ def random_order_advice(
         chunk_rows: Rows per chunk.
         row_nbytes: Bytes of one decoded row.
         filters: The dataset's filters, for the words (``"shuffle+gzip(level=4)"``).
+        window: The chunk cache (``rdcc_nbytes``): a dataset that fits it keeps every chunk
+            decoded after its first read, in any order.
     """
     if budget is not None and decoded <= budget:
         return (
             f"a random order reads from memory: decoded, the dataset ({format_bytes(decoded)}) "
             f"fits the decoded budget ({format_bytes(budget)}), so it is decoded once, in one "
             "pass, into memory the node's workers and ranks share"
+        )
+    if decoded <= window:
+        return (
+            f"a random order decodes each chunk once: decoded, the dataset "
+            f"({format_bytes(decoded)}) fits the chunk cache (rdcc_nbytes={format_bytes(window)})"
         )
     why = (
         "over a URL (never decoded whole)"

@@ -98,6 +98,10 @@ class ChunkedRows(BaseRows):
         """Drop this process's decoded blocks (and those shared with its workers)."""
         self.engine.clear()
 
+    def random_order_cost(self) -> str | None:
+        """See ``ChunkEngine.random_order_cost``."""
+        return self.engine.random_order_cost()
+
     def _dataset(self) -> h5py.Dataset:
         # the window keeps decoded chunks itself: HDF5's cache would double the memory
         return self.source.dataset(self.rows.key, chunk_cache=False)

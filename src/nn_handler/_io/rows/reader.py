@@ -187,6 +187,14 @@ class RowReader:
             raise IndexError(f"rows [0, {rows}) of chunk {chunk} are outside {self.key!r}")
         return self._rows.head(chunk, rows, self.source.check_unchanged())
 
+    def random_order_cost(self) -> str | None:
+        """What a random order costs beyond a chunk-by-chunk one, with the fixes; None: nothing.
+
+        Something only for a chunked dataset decoded here that neither fits the decoded budget
+        nor a window of every chunk: a random order then decodes a chunk per row.
+        """
+        return self._rows.random_order_cost()
+
     def clear_cache(self) -> None:
         """Drop this process's decoded chunks (``decode`` / ``chunks``; a no-op otherwise).
 

@@ -108,6 +108,9 @@ class RowSource(Protocol):
     def clear(self) -> None:
         """Drop what this process keeps decoded (and what it shares with its workers)."""
 
+    def random_order_cost(self) -> str | None:
+        """What a random order costs beyond a chunk-by-chunk one, and the fixes; None: nothing."""
+
 
 class BaseRows(abc.ABC):
     """What a source gets unless it does better (see the module docstring)."""
@@ -194,6 +197,10 @@ class BaseRows(abc.ABC):
 
     def clear(self) -> None:
         """Nothing: nothing is kept decoded (``ChunkedRows`` keeps a window)."""
+        return None
+
+    def random_order_cost(self) -> str | None:
+        """None: a row costs the same read in any order (``ChunkedRows`` may decode a chunk)."""
         return None
 
     def _bounds(self, chunk: int) -> tuple[int, int]:

@@ -1,0 +1,5 @@
+"""Adapters for training frameworks; each module imports its framework, this package none.
+
+``nn_handler.integrations.lightning``: ``DataWaitMonitor``, a Lightning callback that logs how
+much of each epoch the step waited for data (needs ``lightning``).
+"""
