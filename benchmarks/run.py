@@ -17,6 +17,14 @@ the loader, the rank cache on the device); without CUDA it runs the host parts a
 ``python benchmarks/run.py --big [--rows 170000] [--rounds 3] [--seconds 20]`` runs the big and
 cold files' table (``bench_big.py``: 2 GB files, every pass cold and checked so, or warm, against
 the disk's and the decoder's limits measured in the same run).
+
+``python benchmarks/run.py --wait [--batches 200000] [--rounds 5]`` times what ``WaitMeter``
+costs a loop per batch (``bench_wait.py``; target: under 2 microseconds).
+
+``python benchmarks/run.py --storm [--n 50000] [--latency 0.02] [--throttle 200]`` starts 1, 4
+and 16 processes on one node and 4 × 4 on four (one cache dir each) against one object at once,
+then 64 against a store that throttles (``bench_storm.py``): requests by kind, bytes, time to the
+first batch.
 """
 
 import sys
@@ -32,6 +40,14 @@ if __name__ == "__main__":
         from bench_big import main as big
 
         sys.exit(big([a for a in sys.argv[1:] if a != "--big"]))
+    if "--storm" in sys.argv[1:]:
+        from bench_storm import main as storm
+
+        sys.exit(storm([a for a in sys.argv[1:] if a != "--storm"]))
+    if "--wait" in sys.argv[1:]:
+        from bench_wait import main as wait
+
+        sys.exit(wait([a for a in sys.argv[1:] if a != "--wait"]))
     if {"--feed", "--gpu"} & set(sys.argv[1:]):
         from bench_feed import main as feed
 

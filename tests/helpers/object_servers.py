@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import gc
 import os
@@ -77,6 +78,10 @@ class _ThreadedRangeServer:
         self.fail_next: list[int] = []  # statuses for the next requests
         self.ignore_conditions = False
         self.short_replies = False  # send one byte less than asked (Content-Range says all)
+        #: answer 503 SlowDown (as S3 does) to requests above this many a second (0: never)
+        self.throttle_per_s = 0.0
+        self.throttled = 0  # requests answered 503 SlowDown
+        self._recent: collections.deque[float] = collections.deque()
         self._loop = _Loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -127,6 +132,9 @@ class _ThreadedRangeServer:
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        if self.throttle_per_s and self._over_rate():
+            self.throttled += 1
+            return web.Response(status=503, text="<Error><Code>SlowDown</Code></Error>")
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         if self.fail_next:
@@ -156,6 +164,16 @@ class _ThreadedRangeServer:
         headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{size}"}
         return web.Response(status=206, body=body, headers=headers)
 
+    def _over_rate(self) -> bool:
+        """True when the requests served in the last second reached ``throttle_per_s``."""
+        now, recent = time.monotonic(), self._recent
+        while recent and recent[0] <= now - 1.0:
+            recent.popleft()
+        if len(recent) >= self.throttle_per_s:
+            return True
+        recent.append(now)
+        return False
+
 
 #: the settings and counters of a ``RangeServer`` that live in the server process
 _SERVER_STATE = (
@@ -166,6 +184,8 @@ _SERVER_STATE = (
     "ignore_conditions",
     "short_replies",
     "latency_s",
+    "throttle_per_s",
+    "throttled",
 )
 _REPLY_S = 60.0  # the bound on one answer of the server process
 
@@ -258,6 +278,8 @@ class RangeServer:
     ignore_conditions = _State()
     short_replies = _State()  # send one byte less than asked (Content-Range says all)
     latency_s = _State()
+    throttle_per_s = _State()  # 503 SlowDown above this many requests a second (0: never)
+    throttled = _State()
 
     def __init__(self, root: Path, *, latency_s: float = 0.0) -> None:
         self.root = root

@@ -4,9 +4,10 @@ Every rank and DataLoader worker on a node that is given the same ``cache_dir`` 
 entry per object version (``cache_dir.py``): a range already cached is read from the local
 sparse file (through ``LocalFile``: ``preadv``, page cache); the missing parts of a request are
 fetched from the store in one ``RemoteFile.read_ranges`` call (merged, concurrent), written at
-their own offsets and recorded, and the whole request is then read locally. Two processes that
-miss the same piece at the same moment may both fetch it (they write the same bytes); nothing
-is ever served from a piece that was not recorded as written.
+their own offsets and recorded, and the whole request is then read locally. Processes that miss
+the same piece at the same moment take turns (``single_flight.py``): one fetches it, the others
+then find it cached, so the node sends one request where its ranks and workers would send one
+each. Nothing is ever served from a piece that was not recorded as written.
 
 The entry also keeps the chunk indexes walked from the object (``metadata.py``): the next
 process loads them instead of walking the object's B-trees again.
@@ -30,6 +31,7 @@ from .cache_dir import CacheEntry, make_room
 from .intervals import covered, missing
 from .metadata import MetadataStore
 from .object_file import RemoteFile
+from .single_flight import RangeLocks
 
 __all__ = ["CachedFile"]
 
@@ -49,6 +51,7 @@ class CachedFile:
         self.cache_limit = cache_limit
         self._entry: PerProcess[CacheEntry] = PerProcess()
         self._local: PerProcess[LocalFile] = PerProcess()
+        self._flights: PerProcess[RangeLocks] = PerProcess()
         #: bytes fetched from the store by this object in this process (for tests and docs)
         self.fetched = 0
 
@@ -75,9 +78,12 @@ class CachedFile:
         """
         entry = self.entry()
         gaps = missing(entry.filled(), ranges) if not entry.complete else []
-        if gaps and not self._fill(entry, gaps):
-            self.remote.read_ranges(ranges, buffers)  # no room: read through, cache nothing
-            return
+        if gaps:
+            with self.flights().held(gaps):  # another process may be fetching them: wait
+                gaps = missing(entry.filled(), ranges) if not entry.complete else []
+                if gaps and not self._fill(entry, gaps):
+                    self.remote.read_ranges(ranges, buffers)  # no room: read through
+                    return
         self._local.get_or_make(lambda: LocalFile(entry.data_path)).read_ranges(ranges, buffers)
 
     def load_index(
@@ -102,6 +108,10 @@ class CachedFile:
         """Bytes of the object held by the cache now."""
         return covered(self.entry().filled())
 
+    def flights(self) -> RangeLocks:
+        """This process's locks on the ranges it fetches into the entry (``single_flight``)."""
+        return self._flights.get_or_make(lambda: RangeLocks(str(self.entry().path / "fetching")))
+
     def entry(self) -> CacheEntry:
         """This process's hold on the cache entry (joined on first use)."""
         return self._entry.get_or_make(
@@ -110,9 +120,11 @@ class CachedFile:
 
     def close(self) -> None:
         """Release this process's hold on the entry and the store's connections."""
-        local, entry = self._local.pop(), self._entry.pop()
+        local, entry, flights = self._local.pop(), self._entry.pop(), self._flights.pop()
         if local is not None:
             local.close()
+        if flights is not None:
+            flights.close()
         if entry is not None:
             entry.close()
         self.remote.close()

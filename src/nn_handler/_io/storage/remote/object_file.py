@@ -72,6 +72,8 @@ class RemoteFile:
         #: requests sent and bytes received by this object in this process (tests, benchmarks)
         self.requests = 0
         self.fetched_bytes = 0
+        #: seconds paused between attempts (a store that throttles: 503 SlowDown, 429)
+        self.backoff_s = 0.0
         self._version = version if version is not None else self._head()
 
     @property
@@ -194,6 +196,7 @@ class RemoteFile:
             pause = policy.backoff(tries)
             if time.monotonic() - began + pause >= policy.total_s:
                 raise self._error(failure, what, tries, time.monotonic() - began) from failure
+            self.backoff_s += pause
             await asyncio.sleep(pause)
 
     def _error(self, failure: RequestError, what: str, tries: int, spent: float) -> OSError:
