@@ -28,6 +28,7 @@ from nn_handler.dataloaders import (
 )
 
 from helpers.files import h5_rows
+from helpers.process import gone_pid
 
 TIMEOUT = 120
 ROWS = 203  # gzip + shuffle chunks of 8 rows: 26 blocks of 96 KiB (2.4 MB decoded)
@@ -248,7 +249,7 @@ def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path) -
     store._settle(view, 0, decoded_module._READY)
     store._settle(view, 1, decoded_module._EMPTY)  # a fill that failed: claimed again
     assert store._claim(view) == 1
-    view.owners[1] = _gone_pid()  # its filler was killed
+    view.owners[1] = gone_pid()  # its filler was killed
     for k in range(2, 7):
         assert store._claim(view) == k
     assert store._claim(view) == 1  # nothing EMPTY: the dead filler's segment is taken over
@@ -270,14 +271,6 @@ def test_a_fill_that_fails_leaves_its_segment_empty_and_raises(gzip_file: Path) 
         store.complete(fill, lambda first, count: None)
     view = store._attach()
     assert view is not None and calls == [0] and int(view.states[0]) == decoded_module._EMPTY
-
-
-def _gone_pid() -> int:
-    proc = mp.get_context("fork").Process(target=int)
-    proc.start()
-    proc.join(timeout=TIMEOUT)
-    assert proc.pid is not None
-    return proc.pid
 
 
 def test_a_chunk_sampler_reads_the_copy_too(gzip_file: Path) -> None:

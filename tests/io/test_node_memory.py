@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from nn_handler._io.storage import node_memory
 from nn_handler._io.storage.byte_source import advise_spans
 
+from helpers.process import gone_pid
+
 TIMEOUT = 60
 
 
@@ -51,7 +53,7 @@ def test_the_last_live_user_unlinks_the_name(shm: Path) -> None:
     assert regions(shm) == []
     three = node_memory.open_region("c", 4096)
     assert three is not None
-    three._users[three._users == os.getpid()] = _gone_pid()  # (as if its user died since)
+    three._users[three._users == os.getpid()] = gone_pid()  # (as if its user died since)
     four = node_memory.open_region("c", 4096)
     assert four is not None
     four.release()  # the one live user goes: the dead one does not keep the name
@@ -109,14 +111,6 @@ def test_anonymous_memory_is_shared_with_forked_processes() -> None:
     assert queue.get(timeout=TIMEOUT) == 9
     proc.join(TIMEOUT)
     assert region.payload[0] == 7 and not region.node_wide
-
-
-def _gone_pid() -> int:
-    proc = mp.get_context("fork").Process(target=int)
-    proc.start()
-    proc.join(timeout=TIMEOUT)
-    assert proc.pid is not None
-    return proc.pid
 
 
 @given(

@@ -33,27 +33,35 @@ def _read(source: Any, ranges: list[tuple[int, int]]) -> list[bytes]:
     return [b.tobytes() for b in buffers]
 
 
-def _rank(url: str, cache: str, start: Any, results: Any) -> None:
+def _rank(url: str, cache: str, count: int, start: Any, results: Any) -> None:
     source = CachedFile(RemoteFile(url), cache)
     start.wait(TIMEOUT)  # every process misses the same ranges at the same moment
-    got = _read(source, RANGES)
-    results.put((got == [DATA[o : o + n] for o, n in RANGES], source.remote.requests))
+    ranges = RANGES[:count]
+    got = _read(source, ranges)
+    ok = got == [DATA[o : o + n] for o, n in ranges]
+    results.put((ok, source.remote.requests, source.remote.backoff_s))
     source.close()
 
 
-def _storm(url: str, cache: Path, processes: int) -> tuple[list[bool], int]:
+def _together(
+    url: str, caches: list[str], count: int = len(RANGES), wait_s: float = TIMEOUT
+) -> list[tuple[bool, int, float]]:
+    """One forked process per cache dir reads the first ``count`` ranges, all at once.
+
+    Returns each process's ``(same bytes, range requests, seconds of backoff)``.
+    """
     ctx = mp.get_context("fork")
-    start, results = ctx.Barrier(processes), ctx.Queue()
+    start, results = ctx.Barrier(len(caches)), ctx.Queue()
     ranks = [
-        ctx.Process(target=_rank, args=(url, str(cache), start, results)) for _ in range(processes)
+        ctx.Process(target=_rank, args=(url, cache, count, start, results)) for cache in caches
     ]
     for p in ranks:
         p.start()
-    out = [results.get(timeout=TIMEOUT) for _ in ranks]
+    out = [results.get(timeout=wait_s) for _ in ranks]
     for p in ranks:
         p.join(TIMEOUT)
         assert p.exitcode == 0
-    return [ok for ok, _ in out], sum(n for _, n in out)
+    return out
 
 
 @pytest.mark.slow
@@ -67,8 +75,9 @@ def test_processes_that_miss_the_same_ranges_together_fetch_them_once(
     assert _read(alone, RANGES) == [DATA[o : o + n] for o, n in RANGES]
     one = alone.remote.requests  # range requests of one process
     before = http.requests
-    ok, ranges = _storm(http.url("f.bin"), tmp_path / "node", 8)
-    assert all(ok)
+    out = _together(http.url("f.bin"), [str(tmp_path / "node")] * 8)
+    assert all(ok for ok, _, _ in out)
+    ranges = sum(requests for _, requests, _ in out)
     assert ranges == one, (ranges, one)  # the 8 processes' range requests together: those of one
     assert http.requests - before == ranges + 8  # and each process's own version check
 
@@ -139,14 +148,6 @@ def test_without_locks_every_process_fetches_for_itself(
     assert not (tmp_path / "fetching").exists()
 
 
-def _throttled_rank(url: str, cache: str, start: Any, results: Any) -> None:
-    source = CachedFile(RemoteFile(url), cache)
-    start.wait(TIMEOUT)
-    got = _read(source, RANGES[:4])
-    results.put((got == [DATA[o : o + n] for o, n in RANGES[:4]], source.remote.backoff_s))
-    source.close()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ranks_against_a_throttling_store_all_read_after_backing_off(
@@ -154,22 +155,8 @@ def test_ranks_against_a_throttling_store_all_read_after_backing_off(
 ) -> None:
     (http.root / "f.bin").write_bytes(DATA)
     http.throttle_per_s = 10  # 503 SlowDown above 10 requests a second
-    ctx = mp.get_context("fork")
-    ranks = 8
-    start, results = ctx.Barrier(ranks), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_throttled_rank,
-            args=(http.url("f.bin"), str(tmp_path / f"n{r}"), start, results),
-        )
-        for r in range(ranks)  # a cache each: nothing shared, every rank asks the store
-    ]
-    for p in procs:
-        p.start()
-    out = [results.get(timeout=150) for _ in procs]
-    for p in procs:
-        p.join(TIMEOUT)
-        assert p.exitcode == 0
-    assert all(ok for ok, _ in out)
+    caches = [str(tmp_path / f"n{r}") for r in range(8)]  # nothing shared: all ask the store
+    out = _together(http.url("f.bin"), caches, count=4, wait_s=150)
+    assert all(ok for ok, _, _ in out)
     assert http.throttled > 0  # the store did say SlowDown
-    assert sum(backoff for _, backoff in out) > 0  # and the ranks waited, then read
+    assert sum(backoff for _, _, backoff in out) > 0  # and the ranks waited, then read
