@@ -22,9 +22,9 @@ NEEDS = {"lightning": "lightning", "accelerate": "accelerate", "torchdata": "tor
 # Appended to a torchrun snippet: it must end its process group as docs/training.md says, so that
 # no gloo worker thread is left to race Python's exit (which aborts the process by chance).
 GLOO_CHECK = """
-from helpers.ddp import gloo_threads as _gloo_threads
-if _gloo_threads():
-    raise SystemExit(f"gloo threads alive at the end of the snippet: {_gloo_threads()}")
+from helpers.ddp import GLOO_SETTLE_S as _SETTLE_S, gloo_threads as _gloo_threads
+if _left := _gloo_threads(_SETTLE_S):
+    raise SystemExit(f"gloo threads alive at the end of the snippet: {_left}")
 """
 TESTS = Path(__file__).resolve().parent
 

@@ -49,18 +49,39 @@ STACKS_WAIT_S = 5.0
 REAP_S = 10.0
 
 
-def gloo_threads() -> list[str]:
+def gloo_threads(settle_s: float = 0.0) -> list[str]:
     """Names of this process's threads that torch's gloo backend started (Linux: ``/proc``).
 
     A gloo group's worker threads live as long as the group, and one still releasing work when
     Python shuts down can abort the process (docs/training.md, "Ending a distributed script"):
-    a script that ended its group as the docs say has none left.
+    a script that ended its group as the docs say has none left. A thread that has exited but
+    is not yet reaped (``pthread_join`` returns before the kernel drops its ``/proc`` entry)
+    is not counted; ``settle_s``: how long threads still running get to end (polled; what a
+    check right after ``destroy_process_group`` uses, for a loop thread finishing its turn).
     """
+    deadline = time.monotonic() + settle_s
+    while True:
+        names = _live_threads("gloo")
+        if not names or time.monotonic() >= deadline:
+            return names
+        time.sleep(0.02)
+
+
+def _live_threads(part: str) -> list[str]:
+    """Sorted names of this process's running threads whose name contains ``part``."""
     names = []
     for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            names.append((task / "comm").read_text().strip())
-    return sorted(name for name in names if "gloo" in name)
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            name = (task / "comm").read_text().strip()
+            # the state follows the name in parentheses: Z (zombie) / X (dead) have exited
+            state = (task / "stat").read_text().rpartition(")")[2].split()[0]
+            if part in name and state not in ("Z", "X"):
+                names.append(name)
+    return sorted(names)
+
+
+# How long a check that a group's threads are gone gives them to end after the group is destroyed.
+GLOO_SETTLE_S = 2.0
 
 
 def free_port() -> int:

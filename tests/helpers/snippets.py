@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers.ddp import gloo_threads
+from helpers.ddp import GLOO_SETTLE_S, gloo_threads
 
 _FENCE = re.compile(
     r"^```python[ \t]*\n(?P<md>.*?)^```[ \t]*$"
@@ -114,5 +114,5 @@ def run_in_rank(
     return {
         "values": {name: namespace[name] for name in keep if name in namespace},
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
-        "gloo_threads": gloo_threads(),
+        "gloo_threads": gloo_threads(GLOO_SETTLE_S),
     }

@@ -13,7 +13,7 @@ from torch import nn
 from nn_handler import NNHandler
 from nn_handler.dataloaders import EpochShuffleSampler, H5LazyDataset
 
-from helpers.ddp import gloo_threads, run_ddp
+from helpers.ddp import GLOO_SETTLE_S, gloo_threads, run_ddp
 from helpers.handler import (
     Recorder,
     ShardedBlobs,
@@ -202,7 +202,7 @@ def _threads_left_by(end):
     gc.disable()
     try:
         end()
-        return running, gloo_threads()
+        return running, gloo_threads(GLOO_SETTLE_S)
     finally:
         gc.enable()
 
