@@ -22,9 +22,9 @@ the disk's and the decoder's limits measured in the same run).
 costs a loop per batch (``bench_wait.py``; target: under 2 microseconds).
 
 ``python benchmarks/run.py --storm [--n 50000] [--latency 0.02] [--throttle 200]`` starts 1, 4
-and 16 processes on one node and 4 × 4 on four (one cache dir each) against one object at once,
-then 64 against a store that throttles (``bench_storm.py``): requests by kind, bytes, time to the
-first batch.
+and 16 processes on one node and 4 × 4 on four (one cache dir each; also with a gloo group) against
+one object at once, then 64 against a store that throttles, without and with a group
+(``bench_storm.py``): requests by kind, bytes, time to the first batch.
 """
 
 import sys

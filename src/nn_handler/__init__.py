@@ -2,7 +2,10 @@
 
 from importlib import metadata as _metadata
 
-from . import dataloaders
+from . import (
+    _job_store,  # noqa: F401  (registers the job's store with the I/O layer)
+    dataloaders,
+)
 from ._training.checkpoint import CheckpointError
 from .distributed import World
 from .handler import NNHandler

@@ -6,7 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
+from helpers.ddp import free_port
 from helpers.doc_files import write_doc_files
 from helpers.object_servers import put_object
 
@@ -23,6 +25,10 @@ def test_doc_snippets_run(s3, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3["key"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3["secret"])
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # what torchrun sets (the block that starts a process group: a group of one rank)
+    group = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "1"}
+    for name, value in {**group, "RANK": "0", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     blocks = BLOCK.findall(DOC.read_text())
     assert blocks
@@ -30,3 +36,4 @@ def test_doc_snippets_run(s3, tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
     assert any(p.name == "filled.npy" for p in (tmp_path / "nnh-cache").rglob("*"))
+    assert not dist.is_initialized()  # the block that started a group ended it

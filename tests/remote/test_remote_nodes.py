@@ -4,8 +4,10 @@ Each rank of a 2-rank gloo group plays a node (its own ``cache_dir``, its own ``
 header, so the server's log tells the nodes apart). Over two epochs of ``ChunkShuffleSampler``
 + ``batched_loader``: every sample exactly once per epoch across the ranks, with the bytes of
 the local file, and each node asks for each byte range at most once (the version probe at
-construction aside). A node reads another share of the chunks each epoch, so its second epoch
-fetches only what its first did not read; reading both epochs again then fetches nothing.
+construction aside), and the two open the file with the metadata requests of one (each
+metadata block is fetched by one rank and handed to the other through the group's store). A
+node reads another share of the chunks each epoch, so its second epoch fetches only what its
+first did not read; reading both epochs again then fetches nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
+from nn_handler.dataloaders import H5LazyDataset
 
 from helpers.ddp import run_ddp, run_nodes
 from helpers.remote_ranks import two_nodes_rank
@@ -67,6 +71,11 @@ def test_two_nodes_each_fetch_every_piece_once(http, tmp_path):
         assert twice == {}
         assert sum(asked.values()) - asked[PROBE] == second  # the server saw what the rank sent
     assert sorted(p.name for p in caches.iterdir()) == ["node0", "node1"]
+    # the two nodes opened the file with the metadata requests of one (the group's store)
+    alone = H5LazyDataset(url, "x", "y", cache_dir=str(tmp_path / "alone"))
+    one = alone._source.byte_source().remote.requests
+    alone.close()
+    assert sum(r["opened"] for r in results) == one, ([r["opened"] for r in results], one)
 
 
 @pytest.mark.timeout(300)

@@ -44,6 +44,7 @@ __all__ = [
     "LocalFile",
     "Mappable",
     "MappedFile",
+    "ReadsMetadata",
     "advice_piece",
     "advise_spans",
     "shared_file_memory",
@@ -99,6 +100,18 @@ class Mappable(ByteSource, Protocol):
 
     def map(self) -> MappedFile:
         """A read-only map of the whole file (check it before each use: ``MappedFile.check``)."""
+
+
+@runtime_checkable
+class ReadsMetadata(ByteSource, Protocol):
+    """A byte source that reads the file's metadata its own way (once per job: a stored object).
+
+    h5py's reads of metadata blocks (``file_object.py``) go through ``read_metadata``; the
+    data's own bytes through ``read_ranges``.
+    """
+
+    def read_metadata(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """As ``read_ranges``, for ranges of metadata that every process of the job reads."""
 
 
 class LocalFile:

@@ -10,7 +10,8 @@ then find it cached, so the node sends one request where its ranks and workers w
 each. Nothing is ever served from a piece that was not recorded as written.
 
 The entry also keeps the chunk indexes walked from the object (``metadata.py``): the next
-process loads them instead of walking the object's B-trees again.
+process loads them instead of walking the object's B-trees again. The metadata a node misses
+is fetched once per job where ranks share a process group (``job_blocks.py``).
 
 With ``cache_limit`` set, unused entries are evicted (least recently used first) to make room;
 when the cap cannot be kept (the entries in use fill it), the request is read from the store
@@ -19,7 +20,7 @@ without caching it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -28,12 +29,15 @@ from ..byte_source import Buffer, LocalFile
 from ..chunk_index import ChunkIndex
 from ..identity import ObjectVersion
 from .cache_dir import CacheEntry, make_room
-from .intervals import covered, missing
+from .intervals import Intervals, covered, missing
 from .metadata import MetadataStore
 from .object_file import RemoteFile
 from .single_flight import RangeLocks
 
 __all__ = ["CachedFile"]
+
+_Fetch = Callable[[Sequence[tuple[int, int]], Sequence[Buffer]], None]  # a read from the store
+_Gaps = Callable[[Intervals, Sequence[tuple[int, int]]], list[tuple[int, int]]]  # what to fetch
 
 
 class CachedFile:
@@ -76,15 +80,15 @@ class CachedFile:
             ValueError, FileChangedError, RemoteReadError, RemoteAccessError: as
                 ``RemoteFile.read_ranges``.
         """
-        entry = self.entry()
-        gaps = missing(entry.filled(), ranges) if not entry.complete else []
-        if gaps:
-            with self.flights().held(gaps):  # another process may be fetching them: wait
-                gaps = missing(entry.filled(), ranges) if not entry.complete else []
-                if gaps and not self._fill(entry, gaps):
-                    self.remote.read_ranges(ranges, buffers)  # no room: read through
-                    return
-        self._local.get_or_make(lambda: LocalFile(entry.data_path)).read_ranges(ranges, buffers)
+        self._read(ranges, buffers, self.remote.read_ranges, _gaps)
+
+    def read_metadata(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """As ``read_ranges``; what the node misses is fetched once per job (``job_blocks.py``).
+
+        A range the node holds only in part is fetched whole: the job's ranks then ask for the
+        same ranges (metadata blocks), whatever else each node's cache happens to hold.
+        """
+        self._read(ranges, buffers, self.remote.read_metadata, _whole_ranges)
 
     def load_index(
         self, key: str, shape: tuple[int, ...], chunks: tuple[int, ...]
@@ -129,16 +133,44 @@ class CachedFile:
             entry.close()
         self.remote.close()
 
-    def _fill(self, entry: CacheEntry, gaps: list[tuple[int, int]]) -> bool:
+    def _read(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        buffers: Sequence[Buffer],
+        fetch: _Fetch,
+        to_fetch: _Gaps,
+    ) -> None:
+        """Read the ranges from the entry, ``fetch``-ing the ``to_fetch`` it misses first."""
+        entry = self.entry()
+        gaps = to_fetch(entry.filled(), ranges) if not entry.complete else []
+        if gaps:
+            with self.flights().held(gaps):  # another process may be fetching them: wait
+                gaps = to_fetch(entry.filled(), ranges) if not entry.complete else []
+                if gaps and not self._fill(entry, gaps, fetch):
+                    fetch(ranges, buffers)  # no room: read through
+                    return
+        self._local.get_or_make(lambda: LocalFile(entry.data_path)).read_ranges(ranges, buffers)
+
+    def _fill(self, entry: CacheEntry, gaps: list[tuple[int, int]], fetch: _Fetch) -> bool:
         """Fetch the ``[start, end)`` gaps and store them; False when the cap leaves no room."""
         needed = sum(end - start for start, end in gaps)
         if self.cache_limit is not None and not make_room(self.cache_dir, needed, self.cache_limit):
             return False
         buffers = [np.empty(end - start, np.uint8) for start, end in gaps]
-        self.remote.read_ranges([(s, e - s) for s, e in gaps], buffers)
+        fetch([(s, e - s) for s, e in gaps], buffers)
         self.fetched += needed
         entry.store([(s, b.tobytes()) for (s, _), b in zip(gaps, buffers, strict=True)])
         return True
 
     def __repr__(self) -> str:
         return f"CachedFile({self.name!r}, cache_dir={self.cache_dir!r})"
+
+
+def _gaps(held: Intervals, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` parts of ``ranges`` not held."""
+    return missing(held, ranges)
+
+
+def _whole_ranges(held: Intervals, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """As ``[start, end)``, each of ``ranges`` not wholly held."""
+    return [(o, o + n) for o, n in ranges if n > 0 and missing(held, [(o, n)])]

@@ -7,7 +7,8 @@ LRU: one request brings the neighbouring metadata too. When a read is an interna
 chunk index (a version-1 B-tree), the blocks of all its children are fetched at once
 (``btree.py``): h5py's walk then costs a round trip per internal node, not one per node.
 Through a ``CachedFile`` the blocks land in the node's cache, so the next process walks the
-metadata from local disk.
+metadata from local disk; with ``torch.distributed`` up, each block is fetched by one rank of
+the job and handed to the others (``job_blocks.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from ...errors import DataFileError
 from ...process import pause_collection_until_h5py_returns
-from ..byte_source import ByteSource
+from ..byte_source import ByteSource, ReadsMetadata
 from .btree import btree_children
 
 __all__ = ["SourceFile"]
@@ -132,7 +133,10 @@ class SourceFile(io.RawIOBase):
             return
         ranges = [(n * self.block, min(self.block, self._size - n * self.block)) for n in numbers]
         bufs = [np.empty(length, np.uint8) for _, length in ranges]
-        self.source.read_ranges(ranges, bufs)
+        if isinstance(self.source, ReadsMetadata):  # read once per job (a stored object)
+            self.source.read_metadata(ranges, bufs)
+        else:
+            self.source.read_ranges(ranges, bufs)
         for number, buf in zip(numbers, bufs, strict=True):
             self._cache[number] = buf.tobytes()
         while len(self._cache) > max(self.blocks, len(numbers)):

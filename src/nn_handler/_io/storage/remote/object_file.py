@@ -30,6 +30,7 @@ from ..byte_source import Buffer
 from ..identity import ObjectVersion
 from .failures import ChangedError, DeniedError, RequestError, RetryPolicy, TransientError
 from .generic import Fetcher
+from .job_blocks import job_store, shared_read
 from .ranges import Request, plan_requests
 from .stores import close_fetcher, close_fetcher_here, credentials_hint, open_fetcher
 from .urls import safe_url
@@ -110,6 +111,19 @@ class RemoteFile:
                 offset, length = ranges[k]
                 start = offset - request.start
                 views[k][:] = np.frombuffer(data, np.uint8, length, start)
+
+    def read_metadata(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
+        """As ``read_ranges``, each range fetched by one process of the job (``job_blocks.py``).
+
+        Without a job store (no ``torch.distributed`` group in this process), a plain read.
+        """
+        store = job_store()
+        if store is None:
+            self.read_ranges(ranges, buffers)
+            return
+        _check_buffers(ranges, buffers)
+        self._check_ends(ranges)
+        shared_read(self, ranges, buffers, store, self.policy.total_s + self.policy.attempt_s)
 
     def close(self) -> None:
         """Drop this process's client; the next read makes a new one.
