@@ -4,10 +4,10 @@ A gzip HDF5 file (``--n`` rows of 3×32×32 float32, 64-row chunks) is served by
 server with ``--latency`` seconds per request. ``P`` processes per node on ``N`` simulated
 nodes (one ``cache_dir`` per node; in the last configuration the ranks also join a gloo group,
 whose store hands each metadata block from the rank that fetched it to the others) start
-together (a barrier); each builds
-``H5LazyDataset(url, "x", "y", cache_dir=its node's)`` and reads one batch of 64 rows (its own
-rows), checked against the local file. For each configuration: the server's requests (total,
-and over one rank's), split by kind: each process's version check (``HEAD``), the file's
+together (a barrier); each builds ``H5LazyDataset(url, "x", "y", cache_dir=its node's)`` and
+reads one batch of 64 rows (its own rows; in one configuration all read the same batch),
+checked against the local file. For each configuration: the server's requests (total, and over
+one rank's), split by kind: each process's version check (``HEAD``), the file's
 metadata and chunk index (every range not wholly within the data's bytes), and its rows' data;
 the bytes sent, each rank's time to its first batch (median, max). With ``--throttle R`` (the
 server answers 503 SlowDown above R requests a second, as S3 does per prefix),
@@ -40,8 +40,16 @@ from nn_handler.dataloaders import H5LazyDataset
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, CHUNK, SHAPE = 64, 64, (3, 32, 32)
 TIMEOUT_S = 600.0
-# (processes per node, nodes, a gloo group: metadata blocks handed over through its store)
-CONFIGS = ((1, 1, False), (4, 1, False), (16, 1, False), (4, 4, False), (4, 4, True))
+# (processes per node, nodes, a gloo group (metadata blocks handed over through its store),
+# every rank reads the same batch)
+CONFIGS = (
+    (1, 1, False, False),
+    (4, 1, False, False),
+    (16, 1, False, False),
+    (16, 1, False, True),
+    (4, 4, False, False),
+    (4, 4, True, False),
+)
 
 
 def _write(path: Path, n: int) -> None:
@@ -57,7 +65,14 @@ def _write(path: Path, n: int) -> None:
 
 
 def _rank(
-    url: str, cache: str, rank: int, start: Any, results: Any, local: str, group: str | None
+    url: str,
+    cache: str,
+    rank: int,
+    start: Any,
+    results: Any,
+    local: str,
+    group: str | None,
+    batch: int,
 ) -> None:
     if group is not None:  # (init_method, world size)
         init, world = group.rsplit("|", 1)
@@ -65,7 +80,7 @@ def _rank(
     start.wait(TIMEOUT_S)
     began = time.perf_counter()
     ds = H5LazyDataset(url, "x", "y", cache_dir=cache)
-    rows = list(range(rank * BATCH, (rank + 1) * BATCH))
+    rows = list(range(batch * BATCH, (batch + 1) * BATCH))
     x, y = ds[rows]
     took = time.perf_counter() - began
     source = ds._source.byte_source()
@@ -118,8 +133,13 @@ def _kinds(ranges: list[tuple[str, int, int]], data: list[tuple[int, int]]) -> t
 
 
 def _run(
-    server: Any, url: str, local: Path, caches: Path, per_node: int, nodes: int, group: bool
+    server: Any,
+    url: str,
+    local: Path,
+    caches: Path,
+    config: tuple[int, int, bool, bool],
 ) -> dict:
+    per_node, nodes, group, same = config
     ctx = mp.get_context("fork")
     ranks = per_node * nodes
     start, results = ctx.Barrier(ranks), ctx.Queue()
@@ -128,7 +148,10 @@ def _run(
     procs = [
         ctx.Process(
             target=_rank,
-            args=(url, str(caches / f"node{r // per_node}"), r, start, results, str(local), init),
+            args=(
+                *(url, str(caches / f"node{r // per_node}"), r, start, results, str(local)),
+                *(init, 0 if same else r),
+            ),
         )
         for r in range(ranks)
     ]
@@ -145,6 +168,7 @@ def _run(
         "per_node": per_node,
         "nodes": nodes,
         "group": group,
+        "same": same,
         "requests": server.requests - before,
         "meta": meta,
         "data": data,
@@ -167,7 +191,8 @@ def _table(rows: list[dict], one: dict) -> list[str]:
     for r in rows:
         t = r["first_batch_s"]
         lines.append(
-            f"| {r['ranks']} | {r['per_node']} × {r['nodes']}{' + group' if r['group'] else ''} "
+            f"| {r['ranks']} | {r['per_node']} × {r['nodes']}{' + group' if r['group'] else ''}"
+            f"{', same batch' if r['same'] else ''} "
             f"| {r['requests']:,} "
             f"({r['requests'] / one['requests']:.2f}) | {r['heads']} | {r['meta']} "
             f"({r['meta'] / one['meta']:.2f}) | {r['data']} | {r['bytes'] / 1e6:.1f} | "
@@ -195,14 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         with range_server(www, latency_s=args.latency) as server:
             url = server.url("s.h5")
             rows = []
-            for k, (per_node, nodes, group) in enumerate(CONFIGS):
+            for k, config in enumerate(CONFIGS):
                 caches = Path(tmp) / f"c{k}"
-                rows.append(_run(server, url, local, caches, per_node, nodes, group))
+                rows.append(_run(server, url, local, caches, config))
             server.throttle_per_s = args.throttle
             per_node = min(4, args.throttled_ranks)
             nodes = -(-args.throttled_ranks // per_node)
             storms = [
-                _run(server, url, local, Path(tmp) / f"t{group}", per_node, nodes, group)
+                _run(server, url, local, Path(tmp) / f"t{group}", (per_node, nodes, group, False))
                 for group in (False, True)
             ]
             server.throttle_per_s = 0
@@ -215,12 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_table(rows, one)))
     print(f"\nwith the server throttling at {args.throttle:g} requests/s:\n")
     print("\n".join(_table(storms, one)[2:]))
-    sixteen = next(r for r in rows if r["ranks"] == 16 and r["nodes"] == 1)
-    print(
-        f"\n- 16 ranks of one node with one cache_dir / one rank: requests "
-        f"{sixteen['requests'] / one['requests']:.2f}, metadata + index "
-        f"{sixteen['meta'] / one['meta']:.2f} (target <= 1.2)"
-    )
+    for same in (False, True):
+        sixteen = next(r for r in rows if (r["ranks"], r["nodes"], r["same"]) == (16, 1, same))
+        print(
+            f"- 16 ranks of one node with one cache_dir / one rank "
+            f"({'all reading the same batch' if same else 'each its own batch'}): requests "
+            f"{sixteen['requests'] / one['requests']:.2f}, metadata + index "
+            f"{sixteen['meta'] / one['meta']:.2f} (target <= 1.2)"
+        )
     grouped = next(r for r in rows if r["group"])
     print(
         f"- {grouped['nodes']} nodes × {grouped['per_node']} ranks with a gloo group / one rank: "

@@ -329,14 +329,27 @@ class H5Source:
 
 
 def _open_remote(url: str, options: FileOptions) -> ByteSource:
-    """The object at ``url`` as a ``ByteSource``: its version asked for now, cached if asked."""
+    """The object at ``url`` as a ``ByteSource``: its version asked for now, cached if asked.
+
+    With a cache directory, the processes of the node that open it at once ask once
+    (``node_version.py``).
+    """
     from ..storage.remote.cached_file import CachedFile
+    from ..storage.remote.failures import RetryPolicy
+    from ..storage.remote.node_version import open_checked
     from ..storage.remote.object_file import RemoteFile
 
-    remote = RemoteFile(url, options.storage_options)
     if options.cache_dir is None:
-        return remote
-    return CachedFile(remote, os.fspath(options.cache_dir), options.cache_limit)
+        return RemoteFile(url, options.storage_options)
+    root = os.fspath(options.cache_dir)
+    policy = RetryPolicy()  # (RemoteFile's: the bound of one version request, retries included)
+    remote = open_checked(
+        root,
+        url,
+        lambda version: RemoteFile(url, options.storage_options, version=version),
+        wait_s=policy.total_s + policy.attempt_s,
+    )
+    return CachedFile(remote, root, options.cache_limit)
 
 
 def dataset_keys(group: h5py.Group) -> list[str]:

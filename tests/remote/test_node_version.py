@@ -1,0 +1,104 @@
+"""The object's version, asked for once by the processes of a node that open it together."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nn_handler._io.file.options import FileOptions
+from nn_handler._io.file.source import _open_remote
+from nn_handler._io.storage.identity import ObjectVersion
+from nn_handler._io.storage.remote.node_version import open_checked
+
+PROBE = (0, 1)  # the one-byte range that asks for the object's version
+TIMEOUT = 60
+
+
+class Opened:
+    def __init__(self, version: ObjectVersion | None, current: ObjectVersion, ask_s: float) -> None:
+        self.asked = version is None
+        if self.asked:
+            time.sleep(ask_s)  # the store's answer takes this long
+        self.identity = current if version is None else version
+
+
+def _open(root: Path, current: ObjectVersion, url: str = "s3://b/k", ask_s: float = 0.0) -> Opened:
+    return open_checked(str(root), url, lambda v: Opened(v, current, ask_s), wait_s=5)
+
+
+def test_a_process_that_came_while_another_asked_takes_its_answer(tmp_path: Path) -> None:
+    current = ObjectVersion(10, '"a"')
+    asking = threading.Thread(target=_open, args=(tmp_path, current), kwargs={"ask_s": 0.5})
+    asking.start()
+    time.sleep(0.1)  # it holds the lock and waits for the store now
+    came = _open(tmp_path, ObjectVersion(10, '"b"'))
+    asking.join(TIMEOUT)
+    assert not came.asked and came.identity == ObjectVersion(10, '"a"')
+
+
+def test_an_answer_from_before_a_process_began_is_not_used(tmp_path: Path) -> None:
+    first = _open(tmp_path, ObjectVersion(10, '"a"'))
+    second = _open(tmp_path, ObjectVersion(10, '"b"'))  # the object was replaced meanwhile
+    assert first.asked and second.asked
+    assert second.identity == ObjectVersion(10, '"b"')
+
+
+def test_a_damaged_record_or_one_of_another_url_or_machine_is_not_used(tmp_path: Path) -> None:
+    _open(tmp_path, ObjectVersion(10, '"a"'))
+    (record,) = (tmp_path / ".versions").glob("*.json")
+    saved = {**json.loads(record.read_text()), "answered_at": time.monotonic() + 60}
+    record.write_text(json.dumps(saved))
+    assert not _open(tmp_path, ObjectVersion(10, '"x"')).asked  # (the check itself works)
+    for damage in (
+        "{",
+        json.dumps({**saved, "url": "s3://b/other"}),
+        json.dumps({**saved, "machine": "another"}),
+        json.dumps({**saved, "version": {"size": "x"}}),
+        json.dumps({**saved, "version": {"size": 1, "etag": 5}}),
+    ):
+        record.write_text(damage)
+        assert _open(tmp_path, ObjectVersion(10, '"c"')).asked, damage
+
+
+def test_a_cache_directory_that_cannot_hold_records_asks_every_time(tmp_path: Path) -> None:
+    (tmp_path / ".versions").write_text("not a folder")
+    assert _open(tmp_path, ObjectVersion(1)).asked
+    assert _open(tmp_path, ObjectVersion(1)).asked
+
+
+def _rank(url: str, cache: str, start: Any, results: Any) -> None:
+    start.wait(TIMEOUT)
+    source = _open_remote(url, FileOptions(cache_dir=cache))
+    results.put(source.identity.as_record())
+    source.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_processes_of_a_node_opening_together_ask_for_the_version_once(
+    http: Any, tmp_path: Path
+) -> None:
+    (http.root / "f.bin").write_bytes(b"x" * 5000)
+    http.latency_s = 0.05  # every process opens before the first answer comes back
+    ctx = mp.get_context("fork")
+    start, results = ctx.Barrier(8), ctx.Queue()
+    url, cache = http.url("f.bin"), str(tmp_path / "node")
+    procs = [ctx.Process(target=_rank, args=(url, cache, start, results)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    versions = [results.get(timeout=TIMEOUT) for _ in procs]
+    for p in procs:
+        p.join(TIMEOUT)
+        assert p.exitcode == 0
+    assert all(v == versions[0] and v["size"] == 5000 for v in versions)
+    assert [r for r in http.ranges if (r[1], r[2]) == PROBE] == [("f.bin", *PROBE)]
+    alone = _open_remote(url, FileOptions())  # without a cache dir: each process asks
+    assert alone.identity.size == 5000
+    assert [r for r in http.ranges if (r[1], r[2]) == PROBE] == [("f.bin", *PROBE)] * 2
+    alone.close()
