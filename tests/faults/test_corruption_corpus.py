@@ -19,7 +19,7 @@ from helpers.corruption import CASE_SECONDS, Case, Outcome, build_corpus, run_ca
 
 SLOW = os.environ.get("NN_HANDLER_SLOW", "") not in ("", "0")
 CLEAN_ERRORS = (
-    "nn_handler._io.errors.",
+    "nn_handler.errors.",
     "builtins.OSError",
     "builtins.FileNotFoundError",
     "builtins.KeyError",

@@ -8,7 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from nn_handler._io.chunks.table import ChunkTable, ChunkTableError
+from nn_handler._io.chunks.table import ChunkTable
+from nn_handler.errors import FileChangedError
 
 from helpers.files import images
 from helpers.process import as_if_forked
@@ -47,11 +48,11 @@ def test_chunk_past_the_end_of_the_file_is_refused(make_h5, tmp_path):
     os.truncate(short, end - 1)
     with (
         h5py.File(path, "r") as f,
-        pytest.raises(ChunkTableError, match=r"short\.h5.*dataset '/x'.*has \d+ bytes"),
+        pytest.raises(FileChangedError, match=r"short\.h5.*dataset '/x'.*has \d+ bytes"),
     ):
         ChunkTable.build(f["x"], str(short))
     os.truncate(path, end - 1)  # the file shrinks after the table was read
-    with pytest.raises(ChunkTableError, match=r"dataset '/x'.*truncated or corrupt"):
+    with pytest.raises(FileChangedError, match=r"dataset '/x'.*truncated or corrupt"):
         t.read(0)
 
 
@@ -61,7 +62,7 @@ def test_a_replaced_file_is_refused(make_h5):
     clone = pickle.loads(pickle.dumps(t))  # no descriptor travels: opened on first read
     assert clone.file._fd.peek() is None
     os.replace(make_h5({"x": (images(64, seed=5), "gzip")}), path)
-    with pytest.raises(ChunkTableError, match="was replaced"):
+    with pytest.raises(FileChangedError, match="was replaced"):
         clone.read(0)
 
 

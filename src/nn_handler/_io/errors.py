@@ -32,11 +32,15 @@ _TRUNCATED = re.compile(r"truncated file", re.I)
 _NOT_HDF5 = re.compile(r"file signature not found|not an hdf5 file", re.I)
 _WRITER = re.compile(r"already open for write|file consistency flags", re.I)
 _SYSTEM = re.compile(r"errno = \d+|permission denied|too many open files|no such file", re.I)
+# users catch these from nn_handler.errors: tracebacks, reprs and pickles name that module
+_PUBLIC = "nn_handler.errors"
 _EXTERNAL = re.compile(r"external (?:link|file)|unable to open file", re.I)
 
 
 class DataFileError(OSError):
     """A data file cannot be read correctly; ``path`` is the file."""
+
+    __module__ = _PUBLIC
 
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
@@ -46,21 +50,28 @@ class DataFileError(OSError):
 class CorruptFileError(DataFileError):
     """The file is truncated, damaged, or says something that its own bytes contradict."""
 
+    __module__ = _PUBLIC
+
 
 class FileChangedError(DataFileError):
     """The file changed (rewritten, replaced, truncated) after the dataset was built."""
+
+    __module__ = _PUBLIC
 
 
 class MissingFilterError(DataFileError, RuntimeError):
     """A dataset needs an HDF5 filter (compression plugin) that is not installed.
 
-    Also a ``RuntimeError``: what ``H5LazyDataset``, ``RankMemCachedH5Dataset`` and
-    ``CombinedHDF5Dataset`` raised for it before, so code that catches that keeps working.
+    Also a ``RuntimeError``, so code that catches ``RuntimeError`` for it keeps working.
     """
+
+    __module__ = _PUBLIC
 
 
 class ExternalDataError(DataFileError, PermissionError):
     """A dataset's data lives in another file outside the data file's directory (refused)."""
+
+    __module__ = _PUBLIC
 
 
 class RemoteReadError(DataFileError):
@@ -71,12 +82,16 @@ class RemoteReadError(DataFileError):
     a failure no retry can fix.
     """
 
+    __module__ = _PUBLIC
+
 
 class RemoteAccessError(DataFileError, PermissionError):
     """An object store refused us: no credentials found, or the ones found are not allowed.
 
     The message names the URL and the environment variables (or ``storage_options`` keys) to set.
     """
+
+    __module__ = _PUBLIC
 
 
 def is_corruption(text: str) -> bool:

@@ -27,8 +27,10 @@ _RNG_KEYS = ("python", "numpy", "torch", "cuda")
 class CheckpointError(ValueError):
     """A checkpoint file cannot be restored: truncated, damaged, or not an NNHandler checkpoint.
 
-    A ``ValueError`` (what ``NNHandler.load`` raised for such files before this class existed).
+    A ``ValueError``, so code that catches ``ValueError`` for it keeps working.
     """
+
+    __module__ = "nn_handler.errors"  # where users catch it (tracebacks and pickles say so)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -30,14 +30,7 @@ from ..storage.byte_source import ByteSource, LocalFile
 from ..storage.chunk_index import ChunkIndex
 from ..storage.identity import FileIdentity, SourceIdentity, identity_of_fd
 
-__all__ = [
-    "ChunkTable",
-    "ChunkTableError",
-]
-
-
-class ChunkTableError(FileChangedError):
-    """The file no longer holds what its chunk table promised (it changed; names the file)."""
+__all__ = ["ChunkTable"]
 
 
 class ChunkTable:
@@ -78,7 +71,7 @@ class ChunkTable:
                 when None.
 
         Raises:
-            ChunkTableError: a chunk's bytes would lie past the end of the file.
+            FileChangedError: a chunk's bytes would lie past the end of the file.
         """
         name = path if isinstance(path, str) else path.name
         if index is None:
@@ -102,7 +95,7 @@ class ChunkTable:
         The view is valid until this thread's next ``read``.
 
         Raises:
-            ChunkTableError: the file is shorter than the table says (it changed).
+            FileChangedError: the file is shorter than the table says (it changed).
         """
         size = int(self.sizes[block])
         local = self._local.get()
@@ -123,7 +116,7 @@ class ChunkTable:
         ranges go to the file's ``ByteSource`` in one call (neighbouring chunks: one read).
 
         Raises:
-            ChunkTableError: the file is shorter than the table says (it changed).
+            FileChangedError: the file is shorter than the table says (it changed).
         """
         self._read([(int(self.offsets[b]), int(self.sizes[b])) for b in blocks], buffers, blocks)
         return [int(self.masks[b]) for b in blocks]
@@ -137,7 +130,7 @@ class ChunkTable:
 
         Raises:
             ValueError: the range is not within the table's chunks.
-            ChunkTableError: the file is shorter than the table says (it changed).
+            FileChangedError: the file is shorter than the table says (it changed).
         """
         if not 0 <= start <= stop <= self._end:
             raise ValueError(f"bytes [{start}, {stop}) are outside the chunks of {self.key!r}")
@@ -169,7 +162,7 @@ class ChunkTable:
         except FileChangedError as exc:
             if not isinstance(self.file, LocalFile):
                 raise  # a store's own error: it names the URL and what changed
-            raise ChunkTableError(
+            raise FileChangedError(
                 f"{self.path!r}, dataset {self.key!r}: chunks {list(blocks)[:8]} should lie at "
                 f"bytes {ranges[:8]}, but the file ends before that; the file changed since it "
                 f"was opened ({exc})",
@@ -182,7 +175,7 @@ class ChunkTable:
             return True
         current = identity_of_fd(self.file.descriptor())
         if not self._identity.same_file(current):
-            raise ChunkTableError(
+            raise FileChangedError(
                 f"{self.path!r} is no longer the file whose chunk table was read for dataset "
                 f"{self.key!r} (it was replaced); open the dataset again",
                 self.path,
@@ -193,7 +186,7 @@ class ChunkTable:
     def _check_size(self, file_size: int) -> None:
         if self._end > file_size:
             block = int(np.argmax(self.offsets + self.sizes))
-            raise ChunkTableError(
+            raise FileChangedError(
                 f"{self.path!r}, dataset {self.key!r}: chunk {block} lies at bytes "
                 f"[{int(self.offsets[block])}, {self._end}) but the file has {file_size} bytes "
                 "(truncated or corrupt file)",
