@@ -18,6 +18,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from nn_handler._io.filter_ids import LZ4, ZSTD
+
 __all__ = [
     "CODECS",
     "Codec",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 CODECS = ("zstd", "lz4", "gzip", "none")
-_FILTER_IDS = {"zstd": 32015, "lz4": 32004}
+_FILTER_IDS = {"zstd": ZSTD, "lz4": LZ4}  # (gzip is HDF5's own deflate: set_deflate)
 _LEVELS = {"zstd": (1, 22, 3), "gzip": (1, 9, 4)}
 _SHUFFLED_KINDS = "iufc"
 

@@ -72,8 +72,9 @@ _BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs fo
 # above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
 _BATCHED_MAX_BYTES = 2 * 1024
 _SIZE_KEEPING = frozenset({SHUFFLE, FLETCHER32})  # steps whose output size is fixed by the chunk
-_KNOWN = (DEFLATE, SHUFFLE, FLETCHER32, BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2)
-_UNDO = {**BUILTIN, **PLUGINS}  # every step but Fletcher-32 (``strip_checksum``)
+# every step but Fletcher-32 (``strip_checksum``)
+_UNDO = {**BUILTIN, **{code: plugin.undo for code, plugin in PLUGINS.items()}}
+_KNOWN = (*BUILTIN, FLETCHER32, *PLUGINS)
 
 
 @dataclass(frozen=True)
@@ -259,4 +260,4 @@ def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
 
 
 def _decodable(step: Step) -> bool:
-    return step.code in (DEFLATE, SHUFFLE, FLETCHER32) or _plugin_decodable(step)
+    return step.code in BUILTIN or step.code == FLETCHER32 or _plugin_decodable(step)

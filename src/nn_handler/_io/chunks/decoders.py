@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..filter_ids import BITSHUFFLE, BLOSC, BLOSC2, DEFLATE, FLETCHER32, LZ4, SHUFFLE, ZSTD
 from .shuffle import FRAME, framed_fits, unshuffle_framed, unshuffle_planes
 
 __all__ = [
@@ -64,8 +65,6 @@ __all__ = [
     "unshuffle_rows",
 ]
 
-DEFLATE, SHUFFLE, FLETCHER32 = 1, 2, 3
-BLOSC, LZ4, BITSHUFFLE, ZSTD, BLOSC2 = 32001, 32004, 32008, 32015, 32026
 _CHECKSUM = 4
 _COPY = 4  # the scratch buffer a shuffled chunk is framed in when it came from elsewhere
 _MOD = 65535  # Fletcher-32 sums are kept modulo 2**16 - 1

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import importlib
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from .decoders import (
     scratch,
 )
 
-__all__ = ["PLUGINS", "decodable"]
+__all__ = ["PLUGINS", "Plugin", "decodable"]
 
 _BSHUF_NONE, _BSHUF_LZ4, _BSHUF_ZSTD = 0, 2, 3
 _BSHUF_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements; the rest is stored as is
@@ -194,24 +195,34 @@ def _zstd(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     return call("zstd", _zstd_decode, src, dest)
 
 
-#: Filter id -> how to undo it, for the plugin filters.
-PLUGINS: dict[int, Filter] = {
-    ZSTD: _zstd,
-    LZ4: _lz4,
-    BITSHUFFLE: _bitshuffle,
-    BLOSC: _blosc,
-    BLOSC2: _blosc2,
+def _bitshuffle_available(step: Step) -> bool:
+    compressor = {_BSHUF_NONE: True, _BSHUF_LZ4: _lz4_decode, _BSHUF_ZSTD: _zstd_decode}
+    return _bitshuffle_decode is not None and compressor.get(_bshuf_compression(step)) is not None
+
+
+def _blosc2_available(step: Step) -> bool:
+    return _blosc2_package() is not None
+
+
+class Plugin(NamedTuple):
+    """How to undo one plugin filter, and whether a step of it can be undone here."""
+
+    undo: Filter
+    available: Callable[[Step], bool]
+
+
+#: Filter id -> how to undo it, for the plugin filters (one line per codec; its id and name
+#: in ``filter_ids.py``).
+PLUGINS: dict[int, Plugin] = {
+    ZSTD: Plugin(_zstd, lambda step: _zstd_decode is not None),
+    LZ4: Plugin(_lz4, lambda step: _lz4h5_decode is not None),
+    BITSHUFFLE: Plugin(_bitshuffle, _bitshuffle_available),
+    BLOSC: Plugin(_blosc, lambda step: _blosc_decode is not None),
+    BLOSC2: Plugin(_blosc2, _blosc2_available),
 }
 
 
 def decodable(step: Step) -> bool:
     """True when ``step`` is a plugin filter whose library is installed here."""
-    if step.code == BLOSC2:
-        return _blosc2_package() is not None
-    if step.code == BITSHUFFLE:
-        compressor = {_BSHUF_NONE: True, _BSHUF_LZ4: _lz4_decode, _BSHUF_ZSTD: _zstd_decode}
-        return (
-            _bitshuffle_decode is not None and compressor.get(_bshuf_compression(step)) is not None
-        )
-    decoder = {ZSTD: _zstd_decode, LZ4: _lz4h5_decode, BLOSC: _blosc_decode}.get(step.code)
-    return decoder is not None
+    plugin = PLUGINS.get(step.code)
+    return plugin is not None and plugin.available(step)
