@@ -37,10 +37,12 @@ DOC_FILES = [
     README,
     *(
         p
-        for p in sorted((ROOT / "docs").glob("*.md"))
+        for p in sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "dev").glob("*.md")])
         if p.relative_to(ROOT).as_posix() not in OWN_RUNNER
     ),
 ]
+# pages for contributors: they may link docs/dev/ (the development history); user pages do not
+CONTRIBUTOR_PAGES = {"docs/development.md", "docs/design.md"}
 SNIPPETS = [snippet for path in DOC_FILES for snippet in python_blocks(path)]
 KNOWN_OPTIONS = {"id", "after", "ddp", "slow"}
 WORKERS = re.compile(r"num_workers\s*=\s*[1-9]")
@@ -200,6 +202,14 @@ def _anchors(path: Path) -> set[str]:
     text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
     headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_user_pages_do_not_link_the_development_history():
+    for path in [README, *(ROOT / "docs").glob("*.md")]:
+        if path.relative_to(ROOT).as_posix() in CONTRIBUTOR_PAGES:
+            continue
+        links = re.findall(r"\]\((?!https?:)([^)\s]+)\)", path.read_text(encoding="utf-8"))
+        assert not [t for t in links if "dev/" in t], path.name
 
 
 def test_relative_links_resolve():
