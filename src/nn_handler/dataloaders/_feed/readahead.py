@@ -1,12 +1,12 @@
 """A sampler wrapper that announces each coming batch to the dataset before it is read.
 
 A dataset that decodes chunks ahead (``ReadsAhead``: ``read_ahead(indices)``) keeps its decode
-threads busy when it learns the next batches early. ``batched_loader`` used to do this in its
-batch sampler; its loader is now a plain ``DataLoader(view, batch_size, sampler=...)`` (what
-Lightning and accelerate rebuild correctly), so the announcement moves to the index sampler:
-``ReadaheadSampler`` draws ``ahead`` batches of indices from the sampler it wraps, hands each to
-``read_ahead`` and then yields them one by one, in the same order, cut at the same batch borders
-as the DataLoader cuts them.
+threads busy when it learns the next batches early. ``batched_loader``'s loader is a plain
+``DataLoader(view, batch_size, sampler=...)`` (what Lightning and accelerate rebuild
+correctly), so the announcement is made by the index sampler: ``ReadaheadSampler`` draws
+``ahead`` batches of indices from the sampler it wraps, hands each to ``read_ahead`` and then
+yields them one by one, in the same order, cut at the same batch borders as the DataLoader
+cuts them.
 
 Everything else is the wrapped sampler's: ``set_epoch``, ``load_state_dict``, ``len``, its
 ``generator`` (accelerate's hook) and any other attribute; ``state_dict()["consumed"]`` leaves

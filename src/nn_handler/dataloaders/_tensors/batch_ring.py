@@ -16,12 +16,13 @@ mapping, no page fault.
 A slot belongs to the main process from the moment its batch is sent until the last tensor
 viewing it is freed there (a ``weakref.finalize`` on the slot's array, which every view keeps
 alive); only then may the worker write it again. A batch the user keeps is therefore never
-overwritten: while all slots are out, the worker sends its batch the old way (a fresh segment),
+overwritten: while all slots are out, the worker sends its batch in a fresh shared-memory segment
+(torch's own way),
 slower but never wrong and never blocked. A slot a worker filled but did not send (an error
 after the read) is freed when the worker drops it.
 
 Rings are sized from what ``/dev/shm`` has free (at most half of it, split between the
-workers); where even two slots do not fit, the worker sends batches the old way, whose clear
+workers); where even two slots do not fit, the worker sends batches in fresh segments, whose clear
 ``MemoryError`` is unchanged. In the main process a ring is pinned in place
 (``cudaHostRegister``) when CUDA is initialised there, so copies from a slot to the GPU are
 true asynchronous DMA; the ring of a worker that has exited is dropped when a new ring arrives
@@ -152,7 +153,7 @@ class _WorkerRings:
                 if found is not None:
                     return found
             if fitting or len(self.rings) >= _MAX_RINGS:
-                return None  # every fitting slot is out: this batch goes the old way
+                return None  # every fitting slot is out: this batch goes in a fresh segment
             new = self._new_ring(nbytes)
             return None if new is None else new.take(nbytes)
 
@@ -203,7 +204,7 @@ def ring_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | No
     """In a worker process, an uninitialised tensor in a free slot of one of its batch rings.
 
     None outside worker processes, for empty tensors, and when no slot is free or ``/dev/shm``
-    has no room for a ring: the caller then allocates the batch the old way.
+    has no room for a ring: the caller then allocates the batch in a fresh segment.
     """
     found = _take(shape, dtype)
     return None if found is None else found[1]
@@ -265,7 +266,7 @@ _REFS = (_SlotRef, _CsrRef)
 
 
 class _CsrParts(NamedTuple):
-    """A sparse CSR tensor sent the old way, as its three parts: rebuilt by us, not by torch.
+    """A sparse CSR tensor sent in fresh segments, as its three parts: rebuilt by us, not by torch.
 
     torch rebuilds a CSR tensor it receives without its invariant checks and warns about that
     ("Sparse invariant checks are implicitly disabled") in the user's loop; the parts are made
@@ -305,11 +306,11 @@ def pack_batch(batch: Any) -> Any:
 
     Tensors already in a slot (read there by ``ring_buffer``) stay where they are; other dense
     CPU tensors are copied into a free slot; whatever does not fit a slot (sparse tensors, a
-    ring with no free slot) goes the old way, moved into a fresh shared-memory segment. Outside
+    ring with no free slot) is moved into a fresh shared-memory segment. Outside
     worker processes ``batch`` is returned as it is.
 
     Raises:
-        MemoryError: a tensor going the old way finds ``/dev/shm`` full.
+        MemoryError: a tensor going into a fresh segment finds ``/dev/shm`` full.
     """
     if not in_worker_process():
         return batch
@@ -367,9 +368,9 @@ def _csr_to_slots(
     announced: list[_Announcement],
     refs: list[_SlotRef],
 ) -> Any:
-    """A CSR tensor's three parts in slots (sparse single-cell batches), or sent the old way.
+    """A CSR tensor's three parts in slots (sparse single-cell batches), or in fresh segments.
 
-    The old way (a part finds no slot: a short last batch, no ring left) moves each part into
+    Where a part finds no slot (a short last batch, no ring left), each part is moved into
     a fresh shared-memory segment, and ``_CsrParts`` has the main process rebuild the tensor.
     """
     parts = [tensor.crow_indices(), tensor.col_indices(), tensor.values()]
