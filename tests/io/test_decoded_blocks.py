@@ -7,6 +7,8 @@ import multiprocessing as mp
 import multiprocessing.forkserver as forkserver
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -280,3 +282,38 @@ def test_a_chunk_sampler_reads_the_copy_too(gzip_file: Path) -> None:
     got = torch.cat([xb for xb, _ in loader]).numpy()
     np.testing.assert_array_equal(got, h5_rows(gzip_file, "x", order))
     assert engine_of(ds)._decoded.ready() is not None
+
+
+_EXIT_WITHOUT_CLOSING = """
+import os, sys
+from nn_handler.dataloaders import H5LazyDataset, batched_loader
+
+ds = H5LazyDataset(sys.argv[1], "x", "y")
+loader = batched_loader(
+    ds, 16, shuffle=True, num_workers=2, multiprocessing_context=sys.argv[2],
+    persistent_workers=sys.argv[3] == "persistent", timeout=120,
+)
+for _epoch in range(2):
+    for xb, yb in loader:
+        pass
+print(len(os.listdir(os.environ["NN_HANDLER_SHM_DIR"])))
+"""  # ends without closing the loader or the dataset, as most training scripts do
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+@pytest.mark.parametrize("workers", ["persistent", "per epoch"])
+def test_a_script_that_ends_leaves_no_region_behind(
+    gzip_file: Path, shm: Path, context: str, workers: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITHOUT_CLOSING, str(gzip_file), context, workers],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "1"  # the copy its workers read while it ran
+    assert os.listdir(shm) == []  # gone with the last process that used it

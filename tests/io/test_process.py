@@ -6,7 +6,10 @@ import ast
 import copy
 import gc
 import multiprocessing as mp
+import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ from nn_handler._io.process import (
     PerProcess,
     collection_paused,
     pause_collection_until_h5py_returns,
+    process_alive,
     process_generation,
 )
 from nn_handler.dataloaders import CombinedHDF5Dataset, H5LazyDataset, H5SampleDataset
@@ -274,3 +278,16 @@ def test_a_forked_child_does_not_wait_for_the_parents_watcher():
         pause_collection_until_h5py_returns()  # the child's own watcher
         assert not gc.isenabled()
     assert _collecting_again()
+
+
+def test_a_child_that_exited_but_was_not_reaped_is_not_alive():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # a worker that has ended
+    try:
+        deadline = time.monotonic() + 30
+        while process_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # (until it has exited: a zombie, its parent not waiting yet)
+        assert not process_alive(child.pid)
+        assert os.waitpid(child.pid, os.WNOHANG)[0] == child.pid  # a zombie: reaped only now
+    finally:
+        child.wait(10)  # (already reaped: Popen takes ECHILD as the end)
+    assert process_alive(os.getpid())

@@ -60,14 +60,23 @@ def process_generation() -> int:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` still exists (a zombie not yet reaped counts as alive)."""
+    """Whether process ``pid`` still runs: it exists and has not exited (not a zombie).
+
+    A zombie (exited, not yet reaped by its parent: a DataLoader worker its loader has not
+    joined yet) will never use a region or finish a claim again, so it counts as gone.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover - another user's process of that pid
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:  # no /proc (not Linux), or it ended meanwhile: what kill said
+        return True
+    return state not in ([b"Z"], [b"X"])
 
 
 @contextlib.contextmanager

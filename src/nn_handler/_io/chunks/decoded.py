@@ -47,6 +47,7 @@ from ..storage.node_memory import (
     open_region,
     shm_dir,
     shm_room,
+    sweep_at_exit,
 )
 from .sources import Geometry
 
@@ -152,6 +153,10 @@ class DecodedBlocks:
         self.nbytes = self._arena_at + geometry.count * geometry.block_nbytes
         self._tree = anonymous_region(self.nbytes) if name is None else None
         self._view: PerProcess[_View] = PerProcess()
+        if name is not None:
+            # the process that builds the dataset outlives its workers (which may be the only
+            # users of the region, and end without releasing it): it unlinks what is left
+            sweep_at_exit()
 
     @property
     def usable(self) -> bool:

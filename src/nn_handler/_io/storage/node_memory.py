@@ -9,7 +9,9 @@ name. A process that opens a region by name therefore finds it whole, or not at 
 Each map of a region records its process's pid in the region's table of users (under the
 region's lock, ``flock`` on a descriptor of its own); ``release`` takes that entry out, and the
 last live user unlinks the name (its memory goes when the last map of it goes). A region whose users
-were all killed is unlinked by the next process that makes a region (``_collect_dead``).
+were all killed is unlinked by the next process that makes a region (``_collect_dead``), and by
+every process that used a region, or built a dataset that may use one, when it ends (DataLoader
+workers end without releasing theirs; the process that started them outlives them).
 
 Where ``/dev/shm`` (``NN_HANDLER_SHM_DIR``) is missing, not writable or too small (a container's
 64 MiB), ``anonymous_region`` gives memory shared only with processes forked afterwards.
@@ -24,6 +26,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Iterator
+from multiprocessing.util import Finalize
 from typing import Any
 
 import numpy as np
@@ -39,6 +42,7 @@ __all__ = [
     "open_region",
     "shm_dir",
     "shm_room",
+    "sweep_at_exit",
 ]
 
 SHM_DIR_ENV = "NN_HANDLER_SHM_DIR"
@@ -48,6 +52,7 @@ _USERS = 1024  # pids a region records (a node's workers and ranks that map it)
 _HEADER = 8 + 8 + 4 * _USERS  # magic, payload bytes, users
 _FORK = multiprocessing.get_context("fork")
 _PAYLOAD_AT = 64 * 1024  # past the header, page-aligned for every page size
+_sweep_arranged = -1  # the process generation that arranged its sweep at exit
 
 
 def shm_dir() -> str:
@@ -162,7 +167,21 @@ def open_region(name: str, nbytes: int) -> Region | None:
         region = _create(path, nbytes)
     if region is not None:
         region.join()
+        sweep_at_exit()
     return region
+
+
+def sweep_at_exit() -> None:
+    """Unlink the regions no live process uses when this process ends (arranged once each).
+
+    Runs after multiprocessing has ended the process's daemonic children (DataLoader workers:
+    they end without releasing what they mapped) and after this process's own releases: a run
+    that closed nothing leaves no region behind.
+    """
+    global _sweep_arranged
+    if _sweep_arranged != process_generation():
+        _sweep_arranged = process_generation()
+        Finalize(None, _collect_dead, exitpriority=-2)
 
 
 def _open_existing(path: str, nbytes: int) -> Region | None:
