@@ -23,6 +23,10 @@ Measured in the same run, each round in turn (medians of ``--rounds`` rounds):
 batches, a full shuffle, 0 and 2 workers) against annbatch (its own environment, converted once
 into its store) on a ``.h5ad`` of ``--sparse-rows`` cells (1,000,000 x 20,000 at 5 %: 4 GB of
 stored values, written block by block), both sides' files evicted before every pass.
+``--sparse-ours FILE`` reads our rows from FILE instead, another ``.h5ad`` of the same cells
+(our own conversion: ``nn-handler rewrite cells.h5ad FILE --codec zstd --sparse-chunk-bytes
+256KiB --shuffle-rows 0``), while annbatch still converts the original; with
+``NN_HANDLER_DECODED_BUDGET=0`` every pass of ours reads the compressed chunks from the disk.
 
 Run: ``python benchmarks/bench_big.py [--rows 170000] [--rounds 3] [--seconds 20]
 [--folder DIR] [--tables dense,sparse]`` or ``python benchmarks/run.py --big [the same
@@ -379,9 +383,10 @@ def sparse_table(args: argparse.Namespace, folder: Path) -> str:
         env = err
     # annbatch holds add_adatas(dataset_size=) rows in memory while it converts: its 20GB
     # default is killed on a 24 GB machine; 4GB converts this file in five datasets
+    ours = args.sparse_ours or str(path)  # (our own conversion of the same cells, if given)
     return run_vs_annbatch(
-        str(path), env, args.seconds, args.rounds, 4096, (0, 2), evict=evict_cold,
-        dataset_size="4GB",
+        ours, env, args.seconds, args.rounds, 4096, (0, 2), evict=evict_cold,
+        dataset_size="4GB", annbatch_h5ad=str(path),
     )  # fmt: skip
 
 
@@ -395,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tables", default="dense", help="dense, sparse or dense,sparse")
     p.add_argument("--sparse-rows", type=int, default=1_000_000, help="cells (1e9 values: 4 GB)")
     p.add_argument("--annbatch-venv", default=None, help="annbatch's environment (made once)")
+    p.add_argument(
+        "--sparse-ours",
+        default=None,
+        help="sparse: read this .h5ad (e.g. nn-handler rewrite of the file) for our rows",
+    )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     p.add_argument("--file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

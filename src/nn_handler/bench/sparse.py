@@ -50,6 +50,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from .._io.file.source import load_plugins
 from ..dataloaders import ChunkShuffleSampler, EpochShuffleSampler, H5SparseDataset, batched_loader
 from ..dataloaders.h5_sparse_dataset import Output
 from .quality import shuffle_quality
@@ -293,6 +294,7 @@ def run_vs_annbatch(
     order_batches: int = 64,
     evict: Callable[[str], None] | None = None,
     dataset_size: str | None = None,
+    annbatch_h5ad: str | None = None,
 ) -> str:
     """Ours and annbatch on ``path``, sparse and dense batches; return one Markdown table.
 
@@ -309,9 +311,11 @@ def run_vs_annbatch(
     cache (and checks they are gone): it runs on the ``.h5ad`` before each of our passes and
     on annbatch's store before its run, whose worker drops the store's pages again before each
     of its passes. ``dataset_size``: annbatch's ``add_adatas(dataset_size=)`` for its
-    conversion (None: its default).
+    conversion (None: its default). ``annbatch_h5ad``: the ``.h5ad`` annbatch converts (None:
+    ``path``), when ours reads another file of the same cells (our own conversion of it).
     """
     cold = evict is not None
+    load_plugins()  # (our conversion may be zstd / lz4: hdf5plugin's filters for h5py here)
     with h5py.File(path, "r") as f:
         n, n_cols = (int(v) for v in f["X"].attrs["shape"])
         nnz = int(f["X/indptr"][-1])
@@ -320,7 +324,9 @@ def run_vs_annbatch(
     ours_rows = _our_rows(path, batch, workers, order_batches, chunked=chunked)
     if evict is not None and not chunked:  # cold: annbatch's reads, 32 adjacent cells each
         ours_rows += _our_rows(path, batch, workers, order_batches, block=_COLD_BLOCK)
-    runner, theirs, conversion, skip = _annbatch_rows(path, annbatch, batch, store, dataset_size)
+    runner, theirs, conversion, skip = _annbatch_rows(
+        annbatch_h5ad or path, annbatch, batch, store, dataset_size
+    )
     order_out = f"{os.path.splitext(path)[0]}.annbatch-order.npy"
     for round_ in range(repeats):  # interleaved: a busy spell hurts every loader alike
         for row, c in ours_rows:
