@@ -14,6 +14,7 @@ import pytest
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import _open_remote
 from nn_handler._io.storage.identity import ObjectVersion
+from nn_handler._io.storage.remote import node_version
 from nn_handler._io.storage.remote.node_version import open_checked
 
 PROBE = (0, 1)  # the one-byte range that asks for the object's version
@@ -21,25 +22,47 @@ TIMEOUT = 60
 
 
 class Opened:
-    def __init__(self, version: ObjectVersion | None, current: ObjectVersion, ask_s: float) -> None:
+    """What a process opened: the version it was given, else the store's answer (``current``)."""
+
+    def __init__(self, version: ObjectVersion | None, current: ObjectVersion) -> None:
         self.asked = version is None
-        if self.asked:
-            time.sleep(ask_s)  # the store's answer takes this long
         self.identity = current if version is None else version
 
 
-def _open(root: Path, current: ObjectVersion, url: str = "s3://b/k", ask_s: float = 0.0) -> Opened:
-    return open_checked(str(root), url, lambda v: Opened(v, current, ask_s), wait_s=5)
+def _open(root: Path, current: ObjectVersion, url: str = "s3://b/k", wait_s: float = 5.0) -> Opened:
+    return open_checked(str(root), url, lambda v: Opened(v, current), wait_s=wait_s)
 
 
-def test_a_process_that_came_while_another_asked_takes_its_answer(tmp_path: Path) -> None:
-    current = ObjectVersion(10, '"a"')
-    asking = threading.Thread(target=_open, args=(tmp_path, current), kwargs={"ask_s": 0.5})
-    asking.start()
-    time.sleep(0.1)  # it holds the lock and waits for the store now
-    came = _open(tmp_path, ObjectVersion(10, '"b"'))
-    asking.join(TIMEOUT)
-    assert not came.asked and came.identity == ObjectVersion(10, '"a"')
+def test_a_process_that_came_while_another_asked_takes_its_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asking, waiting, answer = threading.Event(), threading.Event(), threading.Event()
+    lock = node_version._lock
+
+    def lock_and_say(fd: int, wait_s: float) -> bool:
+        if asking.is_set():  # the second process: it has begun, and now waits for the lock
+            waiting.set()
+        return lock(fd, wait_s)
+
+    def ask(version: ObjectVersion | None) -> Opened:
+        asking.set()
+        assert answer.wait(TIMEOUT)  # the store answers once the other process waits
+        return Opened(version, ObjectVersion(10, '"a"'))
+
+    monkeypatch.setattr(node_version, "_lock", lock_and_say)
+    first = threading.Thread(target=open_checked, args=(str(tmp_path), "s3://b/k", ask, 5.0))
+    first.start()
+    assert asking.wait(TIMEOUT)
+    came: list[Opened] = []
+    second = threading.Thread(
+        target=lambda: came.append(_open(tmp_path, ObjectVersion(10, '"b"'), wait_s=TIMEOUT))
+    )
+    second.start()
+    assert waiting.wait(TIMEOUT)
+    answer.set()
+    for thread in (first, second):
+        thread.join(TIMEOUT)
+    assert not came[0].asked and came[0].identity == ObjectVersion(10, '"a"')
 
 
 def test_an_answer_from_before_a_process_began_is_not_used(tmp_path: Path) -> None:
@@ -85,7 +108,8 @@ def test_processes_of_a_node_opening_together_ask_for_the_version_once(
     http: Any, tmp_path: Path
 ) -> None:
     (http.root / "f.bin").write_bytes(b"x" * 5000)
-    http.latency_s = 0.05  # every process opens before the first answer comes back
+    # every process begins to open before the first answer comes back, however busy the machine
+    http.latency_s = 1.0
     ctx = mp.get_context("fork")
     start, results = ctx.Barrier(8), ctx.Queue()
     url, cache = http.url("f.bin"), str(tmp_path / "node")
