@@ -1,8 +1,11 @@
-"""Process helpers: a freshly forked child's view of ``PerProcess`` slots, a pid nobody holds."""
+"""Process helpers: a freshly forked child's view of ``PerProcess`` slots, a pid nobody holds,
+processes that start together."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from nn_handler._io import process
 
@@ -19,3 +22,24 @@ def gone_pid(timeout: float = 60) -> int:
     proc.join(timeout=timeout)
     assert proc.pid is not None
     return proc.pid
+
+
+def together(
+    target: Callable[..., None], args: Sequence[tuple[Any, ...]], timeout: float = 60
+) -> list[Any]:
+    """Fork one process per ``args`` tuple and let them start at once; return what they put.
+
+    Each runs ``target(*its_args, start, results)``: ``start`` is a barrier of all of them
+    (``start.wait(...)`` where they should begin together), ``results`` a queue each puts its
+    answer on. Answers come back in the order they arrive; every process must exit with 0.
+    """
+    ctx = mp.get_context("fork")
+    start, results = ctx.Barrier(len(args)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, start, results)) for a in args]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0
+    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from nn_handler._io.file.source import _open_remote
 from nn_handler._io.storage.identity import ObjectVersion
 from nn_handler._io.storage.remote import node_version
 from nn_handler._io.storage.remote.node_version import open_checked
+
+from helpers.process import together
 
 PROBE = (0, 1)  # the one-byte range that asks for the object's version
 TIMEOUT = 60
@@ -110,16 +111,8 @@ def test_processes_of_a_node_opening_together_ask_for_the_version_once(
     (http.root / "f.bin").write_bytes(b"x" * 5000)
     # every process begins to open before the first answer comes back, however busy the machine
     http.latency_s = 1.0
-    ctx = mp.get_context("fork")
-    start, results = ctx.Barrier(8), ctx.Queue()
     url, cache = http.url("f.bin"), str(tmp_path / "node")
-    procs = [ctx.Process(target=_rank, args=(url, cache, start, results)) for _ in range(8)]
-    for p in procs:
-        p.start()
-    versions = [results.get(timeout=TIMEOUT) for _ in procs]
-    for p in procs:
-        p.join(TIMEOUT)
-        assert p.exitcode == 0
+    versions = together(_rank, [(url, cache)] * 8, TIMEOUT)
     assert all(v == versions[0] and v["size"] == 5000 for v in versions)
     assert [r for r in http.ranges if (r[1], r[2]) == PROBE] == [("f.bin", *PROBE)]
     alone = _open_remote(url, FileOptions())  # without a cache dir: each process asks

@@ -18,6 +18,8 @@ from nn_handler._io.storage.remote.cached_file import CachedFile
 from nn_handler._io.storage.remote.object_file import RemoteFile
 from nn_handler._io.storage.remote.single_flight import RangeLocks
 
+from helpers.process import together
+
 pytestmark = pytest.mark.skipif(
     not hasattr(__import__("fcntl"), "F_OFD_SETLK"), reason="needs open-file-description locks"
 )
@@ -50,18 +52,7 @@ def _together(
 
     Returns each process's ``(same bytes, range requests, seconds of backoff)``.
     """
-    ctx = mp.get_context("fork")
-    start, results = ctx.Barrier(len(caches)), ctx.Queue()
-    ranks = [
-        ctx.Process(target=_rank, args=(url, cache, count, start, results)) for cache in caches
-    ]
-    for p in ranks:
-        p.start()
-    out = [results.get(timeout=wait_s) for _ in ranks]
-    for p in ranks:
-        p.join(TIMEOUT)
-        assert p.exitcode == 0
-    return out
+    return together(_rank, [(url, cache, count) for cache in caches], wait_s)
 
 
 @pytest.mark.slow
