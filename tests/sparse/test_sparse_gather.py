@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
+from nn_handler._io.indices import plan_pieces
 from nn_handler._io.rows.reader import RowReader
-from nn_handler.dataloaders._sparse.gather import gather_ranges, plan_pieces
+from nn_handler.dataloaders._sparse.gather import gather_ranges
 
 N = 300
 # name -> create_dataset keywords for a 1-d dataset of N float32 values

@@ -1,4 +1,4 @@
-"""Index math for batched row reads: validation and grouping of sorted rows into slabs.
+"""Index math for batched row reads: validation, slabs of sorted rows, runs cut at blocks.
 
 Pure numpy, no h5py: property-tested on its own.
 """
@@ -18,6 +18,7 @@ __all__ = [
     "is_bool_like",
     "is_scalar_index",
     "normalize_index",
+    "plan_pieces",
     "plan_slabs",
 ]
 
@@ -122,6 +123,27 @@ def plan_slabs(
     bounds = np.concatenate(([0], breaks, [rows.size]))
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         yield from _split_run(rows, blocks, lo, hi, block, max_rows, length)
+
+
+def plan_pieces(
+    starts: IndexArray, stops: IndexArray, dst: IndexArray, block: int
+) -> tuple[IndexArray, IndexArray, IndexArray, IndexArray, np.ndarray[Any, Any]]:
+    """Cut non-empty runs of rows ``[starts[i], stops[i])``, bound for ``dst[i]``, at blocks.
+
+    Returns:
+        ``(block_id, lo, hi, to, spill)`` per piece: rows ``[lo, hi)`` lie in block
+        ``block_id`` and go to ``out[to : to + hi - lo]``; ``spill`` is True when the piece
+        continues a run that began in an earlier block. Pieces come in run order, so for sorted
+        runs block ids never drop.
+    """
+    first, last = starts // block, (stops - 1) // block
+    count = last - first + 1
+    owner = np.repeat(np.arange(starts.size), count)
+    step = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)
+    block_id = first[owner] + step
+    lo = np.maximum(starts[owner], block_id * block)
+    hi = np.minimum(stops[owner], (block_id + 1) * block)
+    return block_id, lo, hi, dst[owner] + lo - starts[owner], step > 0
 
 
 def _split_run(

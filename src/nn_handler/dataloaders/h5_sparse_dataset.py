@@ -26,9 +26,19 @@ from .._io.formats.sparse_labels import merge_labels
 from .._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
 from .._io.rows.plan import WindowPlan, grow_cache
 from .._validate import check_choice, check_key, numpy_dtype
-from ._sparse.batch import RowEntries, concat_entries, select_columns, to_csr_tensor, to_dense
+from ._sparse.batch import (
+    RowEntries,
+    concat_entries,
+    csr_index_dtype,
+    positions_of,
+    select_columns,
+    strictly_increasing_rows,
+    to_csr_tensor,
+    to_dense,
+)
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
+from ._sparse.rows import CompressedRows
 from ._tensors.batch_ring import ring_buffer
 from ._tensors.columns import ENCODING_ARG
 from ._tensors.split import split_samples
@@ -242,10 +252,12 @@ class H5SparseDataset(Dataset[Any]):
         return max(f.rows.window_cache_nbytes(block_rows, blocks) for f in self._files)
 
     def plan_window(self, plan: WindowPlan) -> None:
-        """Grow the chunk caches, if ``plan`` asks, so a window of its blocks stays decoded.
+        """Size the windows of decoded chunks for ``plan``'s blocks; grow the caches if it asks.
 
         ``batched_loader`` calls this once with a chunk sampler's window; files stay open.
         """
+        for f in self._files:
+            f.rows.plan_window(plan.block_rows, plan.blocks)
         if plan.fit_cache:
             need = self.window_cache_nbytes(plan.block_rows, plan.cache_blocks)
             grow_cache((s for f in self._files for s in f.sources), need)
@@ -282,8 +294,44 @@ class H5SparseDataset(Dataset[Any]):
     def _batch(self, idx: IndexArray) -> torch.Tensor:
         if self.output == "dense":
             return torch.from_numpy(self._dense(idx))
+        direct = self._entries_in_order(idx)
+        if direct is not None:
+            return to_csr_tensor(direct, None, self.n_cols, self.dtype)
         rows, inverse = self._entries(idx)
         return to_csr_tensor(rows, inverse, self.n_cols, self.dtype)
+
+    def _entries_in_order(self, idx: IndexArray) -> RowEntries | None:
+        """The entries of ``idx``'s rows in its order, read straight to their places; or None.
+
+        One file of CSR rows, every column, no repeated row: each row's entries are copied
+        once, from the file (or its decoded chunks) to their place in the batch, as the CSR
+        output's dtypes (in a worker, into slots of its batch ring, which send them as they
+        are; a copy of 4,096 cells' entries back into request order, and casts, cost as much as
+        reading them). Otherwise None: ``_entries`` reads rows in file order and puts them in order.
+        """
+        f = self._files[0]
+        if len(self._files) > 1 or self._maps[0].positions is not None:
+            return None
+        if not isinstance(f.rows, CompressedRows):
+            return None
+        rows, target = idx, None
+        if not f.rows.reads_any_order and idx.size > 1 and not bool(np.all(idx[1:] > idx[:-1])):
+            rows, inverse = np.unique(idx, return_inverse=True)
+            if rows.size != idx.size:
+                return None  # repeats: one read per row, then copies
+            target = positions_of(inverse)
+        lengths = f.rows.lengths(rows)
+        ordered = lengths if target is None else np.empty_like(lengths)
+        if target is not None:
+            ordered[target] = lengths
+        first = np.cumsum(ordered) - ordered
+        dst = first if target is None else first[target]
+        nnz = int(lengths.sum())
+        cols = _batch_array(nnz, csr_index_dtype(self.n_cols, nnz))
+        data = _batch_array(nnz, self.dtype)
+        f.rows.read_into(rows, dst, cols, data)
+        canonical = strictly_increasing_rows(cols, ordered)
+        return RowEntries(ordered, cols, data, canonical, canonical)
 
     def _dense(self, idx: IndexArray) -> np.ndarray[Any, Any]:
         rows, inverse = self._entries(idx)
@@ -339,6 +387,12 @@ class H5SparseDataset(Dataset[Any]):
             parts.append(f"label={self.label!r}")
         parts.append("open" if self.is_open else "closed")
         return f"H5SparseDataset({', '.join(parts)})"
+
+
+def _batch_array(n: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """An uninitialised array of a batch: in a worker, in a slot of its batch ring."""
+    slot = ring_buffer((n,), torch_dtype(dtype)) if n else None
+    return np.empty(n, dtype) if slot is None else slot.numpy()
 
 
 def _value_dtype(dtype: Any) -> np.dtype[Any]:

@@ -35,7 +35,7 @@ import h5py
 import numpy as np
 
 from ..file.source import H5Source
-from ..indices import IndexArray
+from ..indices import IndexArray, plan_pieces
 from ..process import PerProcess
 from .decoded import DecodedBlocks, decoded_budget, plan_decoded, region_name
 from .order_cost import RandomOrderCost, random_order_advice
@@ -318,32 +318,65 @@ class ChunkEngine:
             self._order.note(idx.size, filled)
         return out
 
-    def read_blocks(self, dset: h5py.Dataset, ids: list[int]) -> list[np.ndarray[Any, Any]] | None:
-        """Whole blocks ``ids`` (sorted, unique, in range) through the window, copied out.
+    def read_runs(
+        self,
+        dset: h5py.Dataset,
+        starts: IndexArray,
+        stops: IndexArray,
+        dst: IndexArray,
+        out: np.ndarray[Any, Any],
+    ) -> bool:
+        """Copy rows ``[starts[i], stops[i])`` (non-empty) to ``out[dst[i]:]`` from whole blocks.
 
-        Each block is decoded once, in parallel, and kept, as ``read`` would; but copied out a
-        block at a time, where ``read`` of every row of a block (a sparse matrix's ``data``,
-        one entry a row) gathers row by row: 60 % of a compressed sparse batch. None where the
-        window does not serve them (no window, blocks shared among workers, more blocks than
-        the window holds): ``read`` then.
+        Each block is decoded once, in parallel, and kept, as ``read`` would; the runs are
+        copied out of the window while the blocks are claimed, in groups the window holds
+        (a sparse batch: thousands of row pieces out of ~60 chunks, straight to their places in
+        the batch, in any order). False where the window does not serve them (no window, one
+        row per block, h5py decodes): the caller reads them otherwise (nothing, or part, copied).
         """
-        rows, length = self.geometry.block_rows, self.geometry.length
-        whole = self._whole(dset, len(ids)) if ids else None
+        rows = self.geometry.block_rows
+        block, lo, hi, to, _ = plan_pieces(starts, stops, dst, rows)
+        ids = np.unique(block)
+        whole = self._whole(dset, int(ids.size)) if ids.size else None
         if whole is not None:
-            return [whole[b, : min(rows, length - b * rows)].copy() for b in ids]
+            _copy_runs(whole.reshape(-1, *self.geometry.row_shape), starts, stops, dst, out)
+            return True
         capacity = self._capacity()
-        if not ids or rows == 1 or capacity < len(ids) or not self.decodes:
-            return None
+        if rows == 1 or capacity == 0 or not self.decodes:
+            return False
+        order = np.argsort(block, kind="stable")  # runs may come in any order
+        block, lo, hi, to = block[order], lo[order], hi[order], to[order]
+        per_group = max(1, min(capacity, _GROUP_BYTES // max(1, self.block_nbytes)))
+        for g in range(0, ids.size, per_group):
+            group = ids[g : g + per_group]
+            a, b = np.searchsorted(block, [group[0], group[-1] + 1])
+            pieces = (block[a:b], lo[a:b], hi[a:b], to[a:b])
+            if not self._copy_group(dset, group, capacity, pieces, out):
+                return False  # another thread's fill failed: the caller reads them again
+        return True
+
+    def _copy_group(
+        self,
+        dset: h5py.Dataset,
+        group: np.ndarray[Any, Any],
+        capacity: int,
+        pieces: tuple[IndexArray, IndexArray, IndexArray, IndexArray],
+        out: np.ndarray[Any, Any],
+    ) -> bool:
+        """Claim blocks ``group``, fill the missing ones, copy ``pieces`` out; False: not filled."""
         window = self.cache
-        claim = window.claim(np.asarray(ids, dtype=np.int64), capacity)
+        claim = window.claim(group, capacity)
         try:
             extra = self._fill_claim(dset, window, claim)
             if claim.awaited and not window.wait(claim):
-                return None  # another thread's fill failed: ``read`` claims and fills them
-            return [
-                (extra[b] if s < 0 else claim.arena[s])[: min(rows, length - b * rows)].copy()
-                for b, s in zip(ids, claim.slots.tolist(), strict=True)
-            ]
+                return False
+            slots = dict(zip(claim.ids.tolist(), claim.slots.tolist(), strict=True))
+            rows = self.geometry.block_rows
+            for c, p, q, t in zip(*(x.tolist() for x in pieces), strict=True):
+                s = slots[c]
+                src = extra[c] if s < 0 else claim.arena[s]
+                out[t : t + q - p] = src[p - c * rows : q - c * rows]
+            return True
         finally:
             window.release(claim)
 
@@ -504,6 +537,17 @@ class ChunkEngine:
         if self.window_blocks is not None:
             budget = min(budget, 2 * self.window_blocks + 2)
         return int(min(budget, self.geometry.count))
+
+
+def _copy_runs(
+    flat: np.ndarray[Any, Any],
+    starts: IndexArray,
+    stops: IndexArray,
+    dst: IndexArray,
+    out: np.ndarray[Any, Any],
+) -> None:
+    for s, e, t in zip(starts.tolist(), stops.tolist(), dst.tolist(), strict=True):
+        out[t : t + e - s] = flat[s:e]
 
 
 def whole_runs(ids: np.ndarray[Any, Any], run: int, count: int) -> np.ndarray[Any, Any]:

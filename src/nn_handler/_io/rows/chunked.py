@@ -64,20 +64,32 @@ class ChunkedRows(BaseRows):
         """See ``RowSource.read_range``: whole blocks straight into ``out``."""
         self.engine.read_range(self._dataset(), start, stop, out)
 
+    def read_runs(
+        self,
+        starts: IndexArray,
+        stops: IndexArray,
+        dst: IndexArray,
+        out: np.ndarray[Any, Any],
+        checked: bool,
+    ) -> None:
+        """See ``RowSource.read_runs``: copied out of the window, each block decoded once."""
+        keep = stops > starts
+        starts, stops, dst = starts[keep], stops[keep], dst[keep]
+        if starts.size == 0 or self.engine.read_runs(self._dataset(), starts, stops, dst, out):
+            return
+        # no window serves them: one batch read of every row, each block decoded once
+        runs = list(zip(starts.tolist(), stops.tolist(), dst.tolist(), strict=True))
+        got = self.read(np.concatenate([np.arange(s, e) for s, e, _ in runs]), None, checked)
+        out[np.concatenate([np.arange(t, t + e - s) for s, e, t in runs])] = got
+
     def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
         """See ``RowSource.read_chunks``: each chunk decoded once, in parallel, and kept."""
-        ids = sorted(set(chunks))  # (the engine's blocks are the dataset's chunks)
-        blocks = self.engine.read_blocks(self._dataset(), ids)
-        if blocks is not None:
-            by_id = dict(zip(ids, blocks, strict=True))
-            return [by_id[c] for c in chunks]
-        if not chunks:
-            return []
-        # one batch read: the engine decodes each chunk once, in parallel, and keeps it
-        bounds = [self._bounds(c) for c in chunks]
-        whole = self.read(np.concatenate([np.arange(lo, hi) for lo, hi in bounds]), None, checked)
-        cuts = np.cumsum([hi - lo for lo, hi in bounds])[:-1]
-        return list(np.split(whole, cuts))
+        bounds = np.array([self._bounds(c) for c in chunks], dtype=np.int64).reshape(-1, 2)
+        lengths = bounds[:, 1] - bounds[:, 0]
+        dst = np.cumsum(lengths) - lengths
+        whole = self.rows.empty(int(lengths.sum()))
+        self.read_runs(bounds[:, 0], bounds[:, 1], dst, whole, checked)
+        return list(np.split(whole, np.cumsum(lengths)[:-1])) if chunks else []
 
     def head(self, chunk: int, rows: int, checked: bool) -> np.ndarray[Any, Any]:
         """See ``RowSource.head``: a plain deflate chunk not held is inflated only that far."""

@@ -21,7 +21,16 @@ from ..._io.indices import IndexArray
 from .columns import ColumnMap
 from .rows import Entries
 
-__all__ = ["RowEntries", "concat_entries", "select_columns", "to_csr_tensor", "to_dense"]
+__all__ = [
+    "RowEntries",
+    "concat_entries",
+    "csr_index_dtype",
+    "positions_of",
+    "select_columns",
+    "strictly_increasing_rows",
+    "to_csr_tensor",
+    "to_dense",
+]
 
 _CACHED_BYTES = 256 * 1024  # output rows zeroed and filled together (a core's L2 holds them)
 
@@ -47,7 +56,7 @@ class RowEntries:
 
 def select_columns(entries: Entries, cmap: ColumnMap) -> RowEntries:
     """Map stored columns to output columns, dropping the unselected ones."""
-    canonical = _strictly_increasing_rows(entries.indices, entries.lengths)
+    canonical = strictly_increasing_rows(entries.indices, entries.lengths)
     if cmap.positions is None:
         # the file's int32 columns stay int32 unless they would not fit: a widening copy of a
         # 4,096-cell batch's columns costs a tenth of reading it
@@ -95,7 +104,7 @@ def to_dense(
     if inverse is None or repeats:
         target = np.arange(n_rows, dtype=np.int64)
     else:
-        target = _positions_of(inverse)
+        target = positions_of(inverse)
     fresh = out is None or repeats
     # np.zeros: pages the kernel zeroes as they are first met, so nothing to zero here
     dense = np.zeros((n_rows, n_out), dtype=dtype) if fresh or out is None else out
@@ -155,22 +164,37 @@ class _Fill:
             np.add.at(out.reshape(-1), flat, rows.data[lo:hi].astype(out.dtype))
 
 
+def csr_index_dtype(n_cols: int, nnz: int) -> np.dtype[Any]:
+    """The index dtype of a CSR batch: int32 while columns and entries fit it, else int64.
+
+    SciPy's rule (``get_index_dtype``): half the index bytes to write, send and hold, and
+    every torch op on CSR tensors takes either. A single-cell batch's column copy cast to int64
+    cost a third of its time.
+    """
+    small = max(n_cols, nnz) <= np.iinfo(np.int32).max
+    return np.dtype(np.int32) if small else np.dtype(np.int64)
+
+
 def to_csr_tensor(
     rows: RowEntries, inverse: IndexArray | None, n_out: int, dtype: np.dtype[Any]
 ) -> torch.Tensor:
-    """Return the request as a ``torch.sparse_csr_tensor`` of shape ``(len(request), n_out)``."""
+    """Return the request as a ``torch.sparse_csr_tensor`` of shape ``(len(request), n_out)``.
+
+    Its indices are ``csr_index_dtype``'s.
+    """
     lengths, cols, data = rows.lengths, rows.cols, rows.data
     if inverse is not None:
         lengths, cols, data = _in_request_order(lengths, cols, data, inverse)
     if not rows.sorted:
         lengths, cols, data = _coalesce(lengths, cols, data, n_out)
-    crow = np.zeros(lengths.size + 1, dtype=np.int64)
+    index = csr_index_dtype(n_out, int(cols.size))
+    crow = np.zeros(lengths.size + 1, dtype=index)
     np.cumsum(lengths, out=crow[1:])
     with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return torch.sparse_csr_tensor(
             torch.from_numpy(crow),
-            torch.from_numpy(np.ascontiguousarray(cols, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(cols, dtype=index)),
             torch.from_numpy(np.ascontiguousarray(data, dtype=dtype)),
             size=(int(lengths.size), n_out),
             check_invariants=False,  # built valid here; checking costs a pass over the batch
@@ -211,14 +235,15 @@ def _coalesce(
     return new_lengths, kept % max(n_out, 1), summed
 
 
-def _positions_of(inverse: IndexArray) -> IndexArray:
+def positions_of(inverse: IndexArray) -> IndexArray:
     """For a request without repeats: the request position of each sorted row."""
     target = np.empty_like(inverse)
     target[inverse] = np.arange(inverse.size)
     return target
 
 
-def _strictly_increasing_rows(indices: np.ndarray[Any, Any], lengths: IndexArray) -> bool:
+def strictly_increasing_rows(indices: np.ndarray[Any, Any], lengths: IndexArray) -> bool:
+    """True when the columns of every row (``lengths`` entries each, in turn) strictly increase."""
     if indices.size < 2:
         return True
     rising = indices[1:] > indices[:-1]

@@ -61,6 +61,9 @@ class ColumnScanRows:
         """0: a chunk cache does not help a full scan."""
         return 0
 
+    def plan_window(self, block_rows: int | None, blocks: int) -> None:
+        """Nothing: a full scan keeps no window."""
+
     def clear_cache(self) -> None:
         """Drop this process's decoded chunks."""
         self.data.clear_cache()

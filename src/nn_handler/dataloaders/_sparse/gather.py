@@ -1,11 +1,12 @@
 """Gather ranges of a 1-d dataset (sparse ``data`` / ``indices``) through one ``RowReader``.
 
 A batch of sparse rows needs the entries ``[indptr[r], indptr[r + 1])`` of every row ``r``: sorted,
-disjoint ranges of the 1-d ``data`` and ``indices`` datasets. On compressed chunked data each
-needed chunk is fetched once (``RowReader.read_chunks``: decoded in parallel outside the HDF5
-lock, kept in the decoded-chunk cache so the next batch of the same shuffle window reuses it) and
-the ranges are copied out of it piece by piece. Otherwise (memory-mapped or h5py reads) the
-ranges are read directly, touching ones merged.
+disjoint ranges of the 1-d ``data`` and ``indices`` datasets, each bound for its place in the
+batch (its rows' request order). On compressed chunked data each needed chunk is decoded once
+(``RowReader.read_runs``: in parallel outside the HDF5 lock, kept in the decoded-chunk window so
+the next batch of the same shuffle window reuses it) and the ranges are copied out of it piece by
+piece, straight to their places. Otherwise (memory-mapped or h5py reads) the ranges are read
+directly, touching ones merged.
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.indices import IndexArray
+from ..._io.indices import IndexArray, plan_pieces
 from ..._io.rows.reader import RowReader
 
-__all__ = ["gather_ranges", "plan_pieces"]
+__all__ = ["gather_ranges"]
 
-_GROUP_BYTES = 64 * 1024**2  # decoded chunks held at once by one gather, cache aside
 _GAP_BYTES = 64 * 1024  # h5py reads: read the unneeded entries between two ranges below this
 
 
-def gather_ranges(reader: RowReader, starts: IndexArray, stops: IndexArray) -> np.ndarray[Any, Any]:
-    """Return entries ``[starts[i], stops[i])`` of ``reader``, concatenated in order.
+def gather_ranges(
+    reader: RowReader,
+    starts: IndexArray,
+    stops: IndexArray,
+    dst: IndexArray | None = None,
+    out: np.ndarray[Any, Any] | None = None,
+) -> np.ndarray[Any, Any]:
+    """Copy entries ``[starts[i], stops[i])`` of ``reader`` to ``out[dst[i]:]``; return ``out``.
 
     Args:
         reader: A reader over a 1-d dataset.
@@ -33,39 +39,25 @@ def gather_ranges(reader: RowReader, starts: IndexArray, stops: IndexArray) -> n
             memory-mapped reader).
         stops: Their ends; ranges must be disjoint (``stops[i] <= starts[i + 1]``) unless the
             reader is memory-mapped.
+        dst: Where each range goes in ``out`` (default: one after the other, in order); a
+            batch's rows read in file order land in their request order.
+        out: The output, of any dtype the entries cast to (default: a new array of the
+            reader's dtype, as long as the ranges).
     """
     lengths = stops - starts
-    out = np.empty(int(lengths.sum()), dtype=reader.dtype)
-    if out.size == 0:
-        return out
+    if dst is None:
+        dst = np.cumsum(lengths) - lengths
+    if out is None:
+        out = np.empty(int(lengths.sum()), dtype=reader.dtype)
     keep = lengths > 0
-    starts, stops, dst = starts[keep], stops[keep], (np.cumsum(lengths) - lengths)[keep]
+    if not keep.any():
+        return out
+    starts, stops, dst = starts[keep], stops[keep], dst[keep]
     if reader.strategy in ("decode", "chunks"):
         _from_chunks(reader, starts, stops, dst, out)
     else:
         _from_runs(reader, starts, stops, dst, out)
     return out
-
-
-def plan_pieces(
-    starts: IndexArray, stops: IndexArray, dst: IndexArray, chunk: int
-) -> tuple[IndexArray, IndexArray, IndexArray, IndexArray, np.ndarray[Any, Any]]:
-    """Split non-empty sorted ranges at chunk borders.
-
-    Returns:
-        ``(chunk_id, lo, hi, to, spill)`` per piece: entries ``[lo, hi)`` lie in chunk
-        ``chunk_id`` and go to ``out[to : to + hi - lo]``; ``spill`` is True when the piece
-        continues a range that began in an earlier chunk. Pieces come in range order, so chunk
-        ids never drop.
-    """
-    first, last = starts // chunk, (stops - 1) // chunk
-    count = last - first + 1
-    owner = np.repeat(np.arange(starts.size), count)
-    step = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)
-    chunk_id = first[owner] + step
-    lo = np.maximum(starts[owner], chunk_id * chunk)
-    hi = np.minimum(stops[owner], (chunk_id + 1) * chunk)
-    return chunk_id, lo, hi, dst[owner] + lo - starts[owner], step > 0
 
 
 def _from_chunks(
@@ -85,29 +77,23 @@ def _from_chunks(
         p = int(first[k])
         c, q, t = int(needed[k]), int(hi[p]), int(to[p])
         out[t : t + q - c * chunk] = reader.read_chunk_head(c, q - c * chunk)
-    whole = needed[~heads]
-    per_group = max(1, _GROUP_BYTES // max(1, chunk * reader.dtype.itemsize))
-    for g in range(0, whole.size, per_group):
-        ids = whole[g : g + per_group].tolist()
-        blocks = dict(zip(ids, reader.read_chunks(ids), strict=True))
-        a, b = np.searchsorted(chunk_id, [ids[0], ids[-1] + 1])
-        for c, p, q, t in zip(
-            chunk_id[a:b].tolist(),
-            lo[a:b].tolist(),
-            hi[a:b].tolist(),
-            to[a:b].tolist(),
-            strict=True,
-        ):
-            if c in blocks:
-                base = c * chunk
-                out[t : t + q - p] = blocks[c][p - base : q - base]
+    if heads.any():
+        rest = ~np.isin(chunk_id, needed[heads])
+        lo, hi, to = lo[rest], hi[rest], to[rest]
+    # the other pieces straight out of the decoded chunks (each decoded once, in parallel)
+    reader.read_runs(lo, hi, to, out)
 
 
 def _from_runs(
     reader: RowReader, starts: IndexArray, stops: IndexArray, dst: IndexArray, out: Any
 ) -> None:
-    if reader.strategy == "memmap":  # runs of touching ranges straight into place, any order
-        breaks = np.flatnonzero(starts[1:] != stops[:-1]) + 1
+    if reader.strategy == "memmap":  # runs that touch in the file and in ``out``: one copy
+        breaks = (
+            np.flatnonzero(
+                (starts[1:] != stops[:-1]) | (dst[1:] != dst[:-1] + (stops[:-1] - starts[:-1]))
+            )
+            + 1
+        )
         firsts = np.concatenate(([0], breaks))
         lasts = np.concatenate((breaks, [starts.size])) - 1
         reader.read_runs(starts[firsts], stops[lasts], dst[firsts], out)
@@ -117,9 +103,10 @@ def _from_runs(
     bounds = np.concatenate(([0], breaks, [starts.size])).tolist()
     for a, b in itertools.pairwise(bounds):
         first, end = int(starts[a]), int(stops[b - 1])
-        if int(stops[b - 1] - starts[a]) == int(dst[b - 1] + stops[b - 1] - starts[b - 1] - dst[a]):
+        touching = bool(np.all(starts[a + 1 : b] == stops[a : b - 1]))
+        if touching and bool(np.all(np.diff(dst[a:b]) == (stops - starts)[a : b - 1])):
             reader.read_range(first, end, out[int(dst[a]) : int(dst[a]) + end - first])
-            continue  # the ranges touch: one read straight into place
+            continue  # the ranges touch, in the file and in ``out``: one read straight into place
         run = reader.read_range(first, end)
         for s, e, t in zip(
             starts[a:b].tolist(), stops[a:b].tolist(), dst[a:b].tolist(), strict=True

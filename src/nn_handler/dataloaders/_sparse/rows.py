@@ -81,19 +81,42 @@ class CompressedRows:
         """Whether ``read`` takes rows in any order, repeats too (memory-mapped entries)."""
         return self.data.strategy == "memmap" and self.indices.strategy == "memmap"
 
+    def lengths(self, rows: IndexArray) -> IndexArray:
+        """Stored entries of each of ``rows`` (in range)."""
+        indptr = self.indptr
+        lengths: IndexArray = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
+        return lengths
+
     def read(self, rows: IndexArray) -> Entries:
         """Return the entries of ``rows`` (in range), row after row.
 
         Rows must be sorted and unique unless ``reads_any_order``.
         """
+        lengths = self.lengths(rows)
+        indices = np.empty(int(lengths.sum()), self.indices.dtype)
+        data = np.empty(indices.size, self.data.dtype)
+        self.read_into(rows, np.cumsum(lengths) - lengths, indices, data)
+        return Entries(lengths, indices, data)
+
+    def read_into(
+        self,
+        rows: IndexArray,
+        dst: IndexArray,
+        indices: np.ndarray[Any, Any],
+        data: np.ndarray[Any, Any],
+    ) -> None:
+        """Write the entries of each of ``rows`` to ``indices[dst[i]:]`` and ``data[dst[i]:]``.
+
+        Rows must be sorted and unique unless ``reads_any_order``; the outputs may have other
+        dtypes than the file's (the copies cast). The columns written are checked against
+        ``n_cols``.
+        """
         indptr = self.indptr
         starts = indptr[rows].astype(np.int64)
         stops = indptr[rows + 1].astype(np.int64)
-        indices = gather_ranges(self.indices, starts, stops)
-        data = gather_ranges(self.data, starts, stops)
-        lengths = stops - starts
-        self._check_columns(indices, rows, lengths)
-        return Entries(lengths, indices, data)
+        gather_ranges(self.indices, starts, stops, dst, indices)
+        gather_ranges(self.data, starts, stops, dst, data)
+        self._check_columns(indices, rows, dst, stops - starts)
 
     def block_starts(self) -> IndexArray | None:
         """First row of each row block whose entries start in one chunk (None: not chunked)."""
@@ -120,14 +143,35 @@ class CompressedRows:
         row length in entries. One extra chunk per block covers rows that cross a border.
         """
         need = 0
-        mean_row = self.nnz / max(1, self.n_rows)
-        for reader in (self.data, self.indices):
-            chunk = reader.chunk_rows
-            if chunk is None or reader.strategy == "memmap":
-                continue
-            per_block = 2 if block_rows is None else -(-int(block_rows * mean_row) // chunk) + 1
-            need = max(need, blocks * per_block * chunk * reader.dtype.itemsize)
+        for reader in self._decoded_readers():
+            chunk = self._window_chunks(reader, block_rows, blocks) * (reader.chunk_rows or 0)
+            need = max(need, chunk * reader.dtype.itemsize)
         return need
+
+    def plan_window(self, block_rows: int | None, blocks: int) -> None:
+        """Size each reader's window of decoded chunks for ``blocks`` row blocks at a time.
+
+        Without it a window holds as many chunks as the chunk-cache budget allows (256 MiB of
+        each array by default): memory the decode threads then first touch, and a cache the
+        window's chunks do not stay in, for no more reuse.
+        """
+        for reader in self._decoded_readers():
+            assert reader.chunk_rows is not None
+            reader.plan_window(reader.chunk_rows, self._window_chunks(reader, block_rows, blocks))
+
+    def _decoded_readers(self) -> list[RowReader]:
+        return [
+            r
+            for r in (self.data, self.indices)
+            if r.chunk_rows is not None and r.strategy != "memmap"
+        ]
+
+    def _window_chunks(self, reader: RowReader, block_rows: int | None, blocks: int) -> int:
+        chunk = reader.chunk_rows
+        assert chunk is not None
+        mean_row = self.nnz / max(1, self.n_rows)
+        per_block = 2 if block_rows is None else -(-int(block_rows * mean_row) // chunk) + 1
+        return blocks * per_block
 
     def clear_cache(self) -> None:
         """Drop this process's decoded chunks."""
@@ -154,14 +198,16 @@ class CompressedRows:
         indptr = np.asarray(dset[()])
         return check_indptr(indptr, self.n_rows, self.nnz, f"{self.source.path!r}, {self.group!r}")
 
-    def _check_columns(self, indices: np.ndarray[Any, Any], rows: IndexArray, lengths: Any) -> None:
+    def _check_columns(
+        self, indices: np.ndarray[Any, Any], rows: IndexArray, dst: IndexArray, lengths: IndexArray
+    ) -> None:
         if indices.size == 0:
             return
         low, high = int(indices.min()), int(indices.max())
         if low >= 0 and high < self.n_cols:
             return
         bad = int(np.flatnonzero((indices < 0) | (indices >= self.n_cols))[0])
-        row = int(rows[np.searchsorted(np.cumsum(lengths), bad, side="right")])
+        row = int(rows[np.flatnonzero((dst <= bad) & (bad < dst + lengths))[0]])
         raise ValueError(
             f"{self.source.path!r}, group {self.group!r}: row {row} stores column index "
             f"{int(indices[bad])}, outside [0, {self.n_cols}); the file is corrupt or its shape "
