@@ -98,6 +98,27 @@ def test_every_codec_reads_the_bytes_h5py_reads(codec_file, name):
             assert r.read_range(0, 90).tobytes() == expected.tobytes(), key
 
 
+@pytest.mark.parametrize("name", [*filters(), "gzip-shuffle"])
+def test_chunk_heads_are_the_chunks_first_rows(tmp_path, name):
+    # a head decoded no further than it must (deflate stops early; a shuffle over one
+    # compressor puts only the head's elements back together) equals the whole chunk's rows
+    if name not in (*HDF5_FILTERS, "gzip-shuffle"):
+        pytest.importorskip("imagecodecs")
+    kw = {"compression": "gzip", "shuffle": True} if name == "gzip-shuffle" else filters()[name]
+    path = tmp_path / "heads.h5"
+    with h5py.File(path, "w") as f:
+        for dtype in ("<f4", "<i2", "u1", ">f8"):
+            f.create_dataset(dtype, data=data_for(dtype), chunks=(8, 5, 7), **kw)
+    cheap = name in ("gzip", "gzip-shuffle", "shuffle-zstd")
+    for dtype in ("<f4", "<i2", "u1", ">f8"):
+        expected = data_for(dtype)
+        r = reader(path, dtype)
+        assert r.decodes_heads is cheap, (name, dtype)
+        wanted = [(0, 1), (3, 8), (11, 2), (5, 5)]  # (11: the short last chunk)
+        for (chunk, rows), head in zip(wanted, r.read_chunk_heads(wanted), strict=True):
+            assert head.tobytes() == expected[chunk * 8 : chunk * 8 + rows].tobytes(), name
+
+
 def test_supported_filters_with_imagecodecs():
     pytest.importorskip("imagecodecs")
     assert {BLOSC, LZ4, BITSHUFFLE, ZSTD} <= supported_filters()

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 
 import h5py
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from nn_handler.dataloaders import ChunkShuffleSampler, H5SparseDataset, batched_loader
 from nn_handler.dataloaders._sparse import rows as _sparse_rows
+from nn_handler.dataloaders._sparse.batch import csr_index_dtype
 
 from helpers.sparse_files import (
     EMPTY_ROWS,
@@ -86,6 +90,41 @@ def test_sparse_csr_output(files, layout):
         for r in range(len(idx)):  # every row sorted by column
             assert np.all(np.diff(col[crow[r] : crow[r + 1]]) > 0)
     np.testing.assert_array_equal(ds[3].numpy(), expected[3])  # one row: still dense
+
+
+@pytest.mark.parametrize("layout", ALL_LAYOUTS)
+@given(request=st.lists(st.integers(0, N_OBS - 1), max_size=60), unique=st.booleans())
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_sparse_csr_batches_equal_the_reference_for_any_request(files, layout, request, unique):
+    # sorted, unsorted, repeated, empty: rows read straight to their places, or read in file
+    # order and put back in the request's order (repeats) -- the same batch either way
+    path, expected = files[layout]
+    idx = np.array(list(dict.fromkeys(request)) if unique else request, dtype=np.int64)
+    batch = H5SparseDataset(path, output="sparse_csr")[idx]
+    assert batch.crow_indices().dtype == batch.col_indices().dtype == torch.int32
+    np.testing.assert_array_equal(batch.to_dense().numpy(), expected[idx])
+
+
+def test_sparse_csr_batches_of_several_files_and_column_subsets(tmp_path, files):
+    path, expected = files["csr-gzip-tiny"]
+    other = tmp_path / "copy.h5ad"
+    shutil.copy(path, other)
+    idx = np.array([160, 3, 10, 200, 10 + N_OBS, 7], dtype=np.int64)
+    both = H5SparseDataset([path, other], output="sparse_csr")[idx]
+    assert both.col_indices().dtype == torch.int32
+    np.testing.assert_array_equal(both.to_dense().numpy(), np.vstack([expected, expected])[idx])
+    picked = H5SparseDataset(path, output="sparse_csr", columns=[40, 2, 5])[idx % N_OBS]
+    np.testing.assert_array_equal(picked.to_dense().numpy(), expected[idx % N_OBS][:, [40, 2, 5]])
+
+
+def test_csr_index_dtype_follows_scipy():
+    big = np.iinfo(np.int32).max
+    assert csr_index_dtype(20_000, 4_000_000) == np.int32
+    assert csr_index_dtype(big, big) == np.int32
+    assert csr_index_dtype(big + 1, 10) == np.int64
+    assert csr_index_dtype(10, big + 1) == np.int64
 
 
 def test_rows_longer_than_a_chunk_span_several_chunks(files):

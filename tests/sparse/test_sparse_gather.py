@@ -68,6 +68,15 @@ def test_gather_equals_slices(readers, kind, picked):
         [VALUES[a:b] for a, b in zip(starts, stops, strict=True)] + [VALUES[:0]]
     )
     np.testing.assert_array_equal(got, expected)
+    # each range to its own place (a batch's rows in request order), cast as it is copied
+    order = np.random.default_rng(starts.size).permutation(starts.size)
+    lengths = (stops - starts)[order]
+    dst = np.empty_like(starts)
+    dst[order] = np.cumsum(lengths) - lengths
+    out = np.full(int(lengths.sum()), -1.0)
+    gather_ranges(reader, starts, stops, dst, out)
+    parts = [VALUES[starts[k] : stops[k]] for k in order.tolist()]
+    np.testing.assert_array_equal(out, np.concatenate([*parts, VALUES[:0]]).astype(np.float64))
 
 
 def test_plan_pieces():
@@ -95,7 +104,11 @@ def test_read_chunks_and_heads(readers):
     np.testing.assert_array_equal(gz.read_chunk_head(2, 13), VALUES[26:39])  # from the cache
     shuffled.clear_cache()
     np.testing.assert_array_equal(shuffled.read_chunk_head(1, 3), VALUES[11:14])
-    assert len(shuffled._rows.engine.cache) == 1  # shuffled: the whole chunk was decoded, and kept
+    # shuffled over deflate: inflated whole, only the head's elements put back, nothing kept
+    assert len(shuffled._rows.engine.cache) == 0
+    readers["lzf"].clear_cache()
+    np.testing.assert_array_equal(readers["lzf"].read_chunk_head(1, 3), VALUES[17:20])
+    assert len(readers["lzf"]._rows.engine.cache) == 1  # h5py decodes: the whole chunk, kept
     np.testing.assert_array_equal(readers["chunked"].read_chunk_head(1, 2), VALUES[13:15])
     np.testing.assert_array_equal(readers["lzf"].read_chunks([0])[0], VALUES[:17])
     with pytest.raises(ValueError, match="is not chunked"):
@@ -128,21 +141,21 @@ def test_read_chunks_in_any_order_and_number(readers, kind, chunks):
         np.testing.assert_array_equal(again, VALUES[chunks[0] * rows : (chunks[0] + 1) * rows])
 
 
-@pytest.mark.parametrize(("kind", "heads"), [("gzip", True), ("gzip-shuffle", False)])
+@pytest.mark.parametrize(("kind", "heads"), [("gzip", True), ("gzip-shuffle", True), ("lzf", False)])
 def test_heads_are_read_alone_only_where_they_decode_partly(readers, kind, heads, monkeypatch):
     # a range that ends early in a chunk no other range reaches: its head alone is needed. A
-    # codec that cannot stop early would decode the whole chunk in a call of its own: read it
+    # pipeline with no cheaper head would decode the whole chunk in a call of its own: read it
     # with the other whole chunks in one call instead
     reader = readers[kind]
     assert reader.decodes_heads is heads
     called = []
-    original = RowReader.read_chunk_head
+    original = RowReader.read_chunk_heads
 
-    def spy(self, chunk, rows):
-        called.append(chunk)
-        return original(self, chunk, rows)
+    def spy(self, wanted):
+        called.extend(chunk for chunk, _ in wanted)
+        return original(self, wanted)
 
-    monkeypatch.setattr(RowReader, "read_chunk_head", spy)
+    monkeypatch.setattr(RowReader, "read_chunk_heads", spy)
     reader.clear_cache()
     chunk = reader.chunk_rows
     starts = np.array([5 * chunk - 3, 9 * chunk], dtype=np.int64)  # the first spills 2 rows

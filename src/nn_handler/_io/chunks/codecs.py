@@ -50,6 +50,7 @@ from .decoders import (
 )
 from .plugins import PLUGINS
 from .plugins import decodable as _plugin_decodable
+from .shuffle import unshuffle_head
 
 __all__ = [
     "BITSHUFFLE",
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 _CHECKSUM = 4
+_HEAD_SCRATCH = 5  # the scratch buffer ``decode_head`` decompresses a shuffled chunk into
 _BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs for all at once
 # above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
 _BATCHED_MAX_BYTES = 2 * 1024
@@ -176,22 +178,43 @@ class ChunkPipeline:
     def decode_head(
         self, raw: Any, nbytes: int, filter_mask: int = 0
     ) -> np.ndarray[Any, Any] | None:
-        """Return the first ``nbytes`` decoded bytes (uint8), inflating only that far.
+        """Return the first ``nbytes`` decoded bytes (uint8), decoding no more than it must.
 
-        None when the pipeline is not plain deflate (byte-shuffle, checksums and the other
-        compressors need the whole chunk): the caller decodes the chunk instead.
+        Plain deflate is inflated only that far. A byte-shuffle over one compressor (zstd,
+        lz4, blosc, deflate, ...) is decompressed whole, but only the elements of the head are
+        put back together: unshuffling a whole chunk costs about as much as decompressing it.
+        None otherwise (checksums, filters skipped for this chunk): the caller decodes the
+        chunk.
 
         Raises:
             ChunkDecodeError: the stream is corrupt or shorter than ``nbytes``.
         """
         if filter_mask or not self.decodes_head:
             return None
-        return inflate_head(raw, nbytes)
+        if len(self.steps) == 1:
+            return inflate_head(raw, nbytes)
+        shuffle = self.steps[0]
+        shuffled = scratch(self.chunk_nbytes, _HEAD_SCRATCH)
+        self._compressed.decode_into(_bytes_of(raw), 0, shuffled)
+        return unshuffle_head(
+            shuffled, nbytes, int(shuffle.values[0]) if shuffle.values else shuffle.itemsize
+        )
 
     @property
     def decodes_head(self) -> bool:
-        """True when ``decode_head`` can stop early: deflate is the only filter."""
-        return tuple(step.code for step in self.steps) == (DEFLATE,)
+        """True when ``decode_head`` costs less than the whole chunk's decode.
+
+        That is plain deflate (it stops early), or a byte-shuffle over one compressor.
+        """
+        codes = tuple(step.code for step in self.steps)
+        if codes == (DEFLATE,):
+            return True
+        return len(codes) == 2 and codes[0] == SHUFFLE and codes[1] not in _SIZE_KEEPING
+
+    @cached_property
+    def _compressed(self) -> ChunkPipeline:
+        """This pipeline without its first step (the shuffle ``decode_head`` undoes in part)."""
+        return ChunkPipeline(self.steps[1:], self.chunk_shape, self.dtype)
 
     @cached_property
     def _bound(self) -> int:

@@ -263,21 +263,38 @@ class ChunkEngine:
         for block, error in zip(blocks, errors, strict=True):
             self.cache.settle_ahead(claim, block, error is None)
 
-    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any]:
-        """The first ``rows`` rows of ``block`` (read-only).
+    def heads(
+        self, dset: h5py.Dataset, wanted: list[tuple[int, int]]
+    ) -> list[np.ndarray[Any, Any]]:
+        """The first ``rows`` rows of each ``(block, rows)`` of ``wanted`` (read-only).
 
-        From the window when it holds the block; else, when the source can (plain deflate),
-        decoded only that far and not kept: a sparse row that spills into the next chunk must
-        not make that chunk decode twice (once for the head, once for its own rows later).
-        Otherwise the rows are read through the window.
+        From the window when it holds the block; else, when the source can (plain deflate, or
+        a shuffle over one compressor), decoded no further than the head, in parallel, and not
+        kept: a sparse row that spills into the next chunk must not make that chunk decode
+        whole twice (once for the head, once for its own rows later). Otherwise the rows are
+        read through the window.
         """
         whole = self._ready()
         if whole is not None:
-            return whole[block, :rows]
-        if not self.cache.holds(block):
-            head = self.source.head(dset, block, rows)
-            if head is not None:
-                return head
+            return [whole[block, :rows] for block, rows in wanted]
+        found: list[np.ndarray[Any, Any] | None] = [None] * len(wanted)
+        alone = [k for k, (block, _) in enumerate(wanted) if not self.cache.holds(block)]
+        if alone and self.source.decodes_heads:
+            source = self.source
+
+            def read(k: int) -> np.ndarray[Any, Any] | None:
+                return source.head(dset, *wanted[k])
+
+            # (h5py's reads hold its lock: threads would only queue)
+            got = run_parallel(read, alone) if source.releases_gil else [read(k) for k in alone]
+            for k, head in zip(alone, got, strict=True):
+                found[k] = head
+        return [
+            self._head_rows(dset, *wanted[k]) if head is None else head
+            for k, head in enumerate(found)
+        ]
+
+    def _head_rows(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any]:
         first = block * self.geometry.block_rows
         idx = np.arange(first, first + rows, dtype=np.int64)
         return self.read(dset, idx, np.empty((rows, *self.geometry.row_shape), self.geometry.dtype))

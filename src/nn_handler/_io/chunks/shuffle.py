@@ -23,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FRAME", "blosc_unshuffles", "framed_fits", "unshuffle_framed", "unshuffle_planes"]
+__all__ = [
+    "FRAME",
+    "blosc_unshuffles",
+    "framed_fits",
+    "unshuffle_framed",
+    "unshuffle_head",
+    "unshuffle_planes",
+]
 
 FRAME = 24  # Blosc's header (16 bytes), the one block's start (4) and its stream's size (4)
 
@@ -60,6 +67,27 @@ def unshuffle_planes(src: np.ndarray[Any, Any], dest: np.ndarray[Any, Any], item
     for k in range(itemsize):  # one strided copy per byte plane: ~3x a transpose
         rows[:, k] = planes[k]
     dest[body:] = src[body:]
+
+
+def unshuffle_head(
+    src: np.ndarray[Any, Any], nbytes: int, itemsize: int
+) -> np.ndarray[Any, Any] | None:
+    """The first ``nbytes`` bytes of ``src`` (a whole shuffled chunk, uint8) put back together.
+
+    Only the elements those bytes hold are gathered from the byte planes: a few rows of a chunk
+    cost their own bytes, not the whole chunk's unshuffle. None when they reach the bytes past
+    the last whole element (HDF5 leaves those in place; the caller decodes the whole chunk).
+    """
+    count = src.size // itemsize if itemsize > 1 else 0
+    if count < 2:
+        return src[:nbytes].copy() if itemsize == 1 else None
+    elements = -(-nbytes // itemsize)
+    if elements > count:
+        return None
+    planes = src[: count * itemsize].reshape(itemsize, count)
+    head = np.empty((elements, itemsize), np.uint8)
+    head[...] = planes[:, :elements].T
+    return head.reshape(-1)[:nbytes]
 
 
 def framed_fits(nbytes: int, itemsize: int) -> bool:

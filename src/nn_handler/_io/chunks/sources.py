@@ -329,7 +329,7 @@ class TableChunks(_Blocks):
         return self.pipeline.decodes_head
 
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
-        """See ``BlockSource.head`` (plain deflate chunks only)."""
+        """See ``BlockSource.head`` (plain deflate, or a shuffle over one compressor)."""
         if not self.pipeline.decodes_head:
             return None
         raw, mask = self.table.read(block)
@@ -368,7 +368,7 @@ class DirectChunks(_Blocks):
         return len(self._tiles) == 1 and self.pipeline.decodes_head
 
     def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
-        """See ``BlockSource.head`` (plain deflate chunks that hold whole rows only)."""
+        """See ``BlockSource.head`` (``ChunkPipeline.decode_head``'s, chunks of whole rows)."""
         if not self.decodes_heads:
             return None
         offset = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
@@ -448,11 +448,11 @@ def _parts(span: np.ndarray[Any, Any], per_task: int) -> list[tuple[int, int]]:
 def _head(
     geometry: Geometry, pipeline: ChunkPipeline, raw: np.ndarray[Any, Any], mask: int, rows: int
 ) -> np.ndarray[Any, Any] | None:
-    """The first ``rows`` rows of a plain deflate chunk, inflated only that far.
+    """The first ``rows`` rows of a chunk, decoded no further than ``decode_head`` must.
 
-    None when the pipeline cannot stop early (not plain deflate, or HDF5 skipped the filter for
-    this chunk), or the stream is corrupt (the whole chunk is then decoded, and the error names
-    it).
+    None when the pipeline has no cheaper head (see ``ChunkPipeline.decode_head``; or HDF5
+    skipped a filter for this chunk), or the stream is corrupt (the whole chunk is then
+    decoded, and the error names it).
     """
     try:
         head = pipeline.decode_head(raw, rows * geometry.row_nbytes, mask)

@@ -91,9 +91,11 @@ class ChunkedRows(BaseRows):
         self.read_runs(bounds[:, 0], bounds[:, 1], dst, whole, checked)
         return list(np.split(whole, np.cumsum(lengths)[:-1])) if chunks else []
 
-    def head(self, chunk: int, rows: int, checked: bool) -> np.ndarray[Any, Any]:
-        """See ``RowSource.head``: a plain deflate chunk not held is inflated only that far."""
-        return self.engine.head(self._dataset(), chunk, rows)
+    def read_heads(
+        self, wanted: list[tuple[int, int]], checked: bool
+    ) -> list[np.ndarray[Any, Any]]:
+        """See ``RowSource.read_heads``: chunks not held decoded only as far as they must be."""
+        return self.engine.heads(self._dataset(), wanted)
 
     def read_ahead(self, idx: IndexArray) -> None:
         """Start decoding the blocks rows ``idx`` need, in the pool (when reads release the GIL)."""

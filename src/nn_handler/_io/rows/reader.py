@@ -162,30 +162,39 @@ class RowReader:
 
     @property
     def decodes_heads(self) -> bool:
-        """True when ``read_chunk_head`` decodes a chunk only as far as asked (plain deflate).
+        """True when ``read_chunk_heads`` decodes a chunk only as far as it must.
 
-        Otherwise it reads the whole chunk, one call per chunk: a caller with many heads to
-        read does better to read them whole with ``read_chunks``, in one call.
+        Plain deflate stops early; a byte-shuffle over one compressor puts only the head's
+        elements back together. Otherwise a head costs its whole chunk: a caller with many
+        heads to read does better to read them whole with the other chunks, in one call.
         """
         return self._rows.decodes_heads
 
     def read_chunk_head(self, chunk: int, rows: int) -> np.ndarray[Any, Any]:
-        """Return the first ``rows`` rows of chunk ``chunk`` (see ``read_chunks``; read-only).
+        """Return the first ``rows`` rows of chunk ``chunk`` (see ``read_chunk_heads``)."""
+        return self.read_chunk_heads([(chunk, rows)])[0]
 
-        A chunk that is not in the decoded-chunk cache and whose only filter is deflate is
-        inflated only that far, and not cached: for a sparse row that spills over into the next
-        chunk, whose own rows are read (and the chunk decoded once) at another time.
+    def read_chunk_heads(self, wanted: list[tuple[int, int]]) -> list[np.ndarray[Any, Any]]:
+        """Return the first ``rows`` rows of chunk ``chunk`` for each ``(chunk, rows)`` (read-only).
+
+        A chunk that is not in the decoded-chunk cache is decoded only as far as it must be
+        (``decodes_heads``), in parallel, and not cached: for a sparse row that spills over
+        into the next chunk, whose own rows are read (and the chunk decoded once) at another
+        time.
 
         Raises:
             ValueError: the dataset is not chunked.
-            IndexError: the chunk or the row count is out of range.
+            IndexError: a chunk or a row count is out of range.
         """
         self._chunk_count()
         assert self.chunk_rows is not None
-        first = chunk * self.chunk_rows
-        if not (0 <= first < self.length and 0 < rows <= min(self.chunk_rows, self.length - first)):
-            raise IndexError(f"rows [0, {rows}) of chunk {chunk} are outside {self.key!r}")
-        return self._rows.head(chunk, rows, self.source.check_unchanged())
+        for chunk, rows in wanted:
+            first = chunk * self.chunk_rows
+            if not (
+                0 <= first < self.length and 0 < rows <= min(self.chunk_rows, self.length - first)
+            ):
+                raise IndexError(f"rows [0, {rows}) of chunk {chunk} are outside {self.key!r}")
+        return self._rows.read_heads(wanted, self.source.check_unchanged())
 
     def random_order_cost(self) -> str | None:
         """What a random order costs beyond a chunk-by-chunk one, with the fixes; None: nothing.

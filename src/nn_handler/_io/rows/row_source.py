@@ -93,8 +93,10 @@ class RowSource(Protocol):
     def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
         """Whole chunks along axis 0 (``chunk_rows`` rows each; the last may be short)."""
 
-    def head(self, chunk: int, rows: int, checked: bool) -> np.ndarray[Any, Any]:
-        """The first ``rows`` rows of chunk ``chunk`` (read-only)."""
+    def read_heads(
+        self, wanted: list[tuple[int, int]], checked: bool
+    ) -> list[np.ndarray[Any, Any]]:
+        """The first ``rows`` rows of chunk ``chunk``, for each ``(chunk, rows)`` (read-only)."""
 
     def read_ahead(self, idx: IndexArray) -> None:
         """Start reading what rows ``idx`` need, in the background, or do nothing."""
@@ -169,10 +171,12 @@ class BaseRows(abc.ABC):
         """See ``RowSource.read_chunks``: a range each."""
         return [self._range(*self._bounds(c), checked) for c in chunks]
 
-    def head(self, chunk: int, rows: int, checked: bool) -> np.ndarray[Any, Any]:
-        """See ``RowSource.head``: a range."""
-        first = self._bounds(chunk)[0]
-        return self._range(first, first + rows, checked)
+    def read_heads(
+        self, wanted: list[tuple[int, int]], checked: bool
+    ) -> list[np.ndarray[Any, Any]]:
+        """See ``RowSource.read_heads``: a range each."""
+        firsts = [(self._bounds(chunk)[0], rows) for chunk, rows in wanted]
+        return [self._range(first, first + rows, checked) for first, rows in firsts]
 
     def read_ahead(self, idx: IndexArray) -> None:
         """Nothing: reads are not decoded ahead (``ChunkedRows`` does)."""

@@ -68,16 +68,17 @@ def _from_chunks(
     chunk_id, lo, hi, to, spill = plan_pieces(starts, stops, dst, chunk)
     needed, first, count = np.unique(chunk_id, return_index=True, return_counts=True)
     # a chunk only reached by the tail of a row that began before it: its own rows belong to
-    # another block (read at another time), so inflate just the head this row needs
+    # another block (read at another time), so decode just the head this row needs
     heads = (count == 1) & spill[first] & (hi[first] < (needed + 1) * chunk)
-    # a codec that cannot stop early (lz4, zstd, blosc) reads a head as its whole chunk, one
+    # a pipeline with no cheaper head (lz4 alone, say) reads a head as its whole chunk, one
     # window claim per chunk: read them with the others, in one call (16 KiB lz4 chunks: 7x)
     heads &= reader.decodes_heads
-    for k in np.flatnonzero(heads).tolist():
-        p = int(first[k])
-        c, q, t = int(needed[k]), int(hi[p]), int(to[p])
-        out[t : t + q - c * chunk] = reader.read_chunk_head(c, q - c * chunk)
     if heads.any():
+        at = first[heads]
+        sizes = (hi[at] - needed[heads] * chunk).tolist()
+        got = reader.read_chunk_heads(list(zip(needed[heads].tolist(), sizes, strict=True)))
+        for part, n, t in zip(got, sizes, to[at].tolist(), strict=True):
+            out[t : t + n] = part
         rest = ~np.isin(chunk_id, needed[heads])
         lo, hi, to = lo[rest], hi[rest], to[rest]
     # the other pieces straight out of the decoded chunks (each decoded once, in parallel)
