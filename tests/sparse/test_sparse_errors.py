@@ -8,6 +8,7 @@ import re
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from nn_handler.dataloaders import H5SparseDataset
 
@@ -88,6 +89,21 @@ def test_indices_out_of_range_in_the_file(good, tmp_path):
         match=r"bad\.h5ad', group 'X': row 20 stores column index 999, outside \[0, 45\)",
     ):
         ds[[3, 20]]
+
+
+@pytest.mark.parametrize("bad", [999, 2**32 + 5], ids=["past-the-columns", "past-int32"])
+def test_indices_out_of_range_in_csr_batches(good, tmp_path, bad):
+    # int64 indices read into a CSR batch (int32 indices) are checked before any cast: one
+    # past 2**32 would otherwise wrap into a column that exists
+    path = _copy(good, tmp_path)
+    with h5py.File(path, "a") as f:
+        g = f["X"]
+        _replace(g, "indices", g["indices"][()].astype(np.int64))
+        g["indices"][g["indptr"][20] + 1] = bad
+    ds = H5SparseDataset(path, output="sparse_csr")
+    assert ds[[19, 2, 1]].col_indices().dtype == torch.int32
+    with pytest.raises(ValueError, match=rf"row 20 stores column index {bad}, outside \[0, 45\)"):
+        ds[[20, 3]]
 
 
 def test_inconsistent_indptr(good, tmp_path):

@@ -141,7 +141,9 @@ def test_read_chunks_in_any_order_and_number(readers, kind, chunks):
         np.testing.assert_array_equal(again, VALUES[chunks[0] * rows : (chunks[0] + 1) * rows])
 
 
-@pytest.mark.parametrize(("kind", "heads"), [("gzip", True), ("gzip-shuffle", True), ("lzf", False)])
+@pytest.mark.parametrize(
+    ("kind", "heads"), [("gzip", True), ("gzip-shuffle", True), ("lzf", False)]
+)
 def test_heads_are_read_alone_only_where_they_decode_partly(readers, kind, heads, monkeypatch):
     # a range that ends early in a chunk no other range reaches: its head alone is needed. A
     # pipeline with no cheaper head would decode the whole chunk in a call of its own: read it

@@ -327,7 +327,10 @@ class H5SparseDataset(Dataset[Any]):
         first = np.cumsum(ordered) - ordered
         dst = first if target is None else first[target]
         nnz = int(lengths.sum())
-        cols = _batch_array(nnz, csr_index_dtype(self.n_cols, nnz))
+        index = csr_index_dtype(self.n_cols, nnz)
+        if not np.can_cast(f.rows.indices.dtype, index):
+            index = f.rows.indices.dtype  # checked as stored: a cast first could hide a bad one
+        cols = _batch_array(nnz, index)
         data = _batch_array(nnz, self.dtype)
         f.rows.read_into(rows, dst, cols, data)
         canonical = strictly_increasing_rows(cols, ordered)
