@@ -11,6 +11,9 @@
 * ``_tensors`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
+* Training frameworks are named in code in two places only: ``integrations`` (the adapters,
+  each importing its framework) and ``samplers.frameworks`` (who splits a sampler's order besides
+  the sampler, found without importing the framework); the samplers ask it, never a framework.
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
   on ``_io`` and ``_tensors`` alone, never on another dataset's internals or on a public
   module above them.
@@ -211,6 +214,42 @@ def test_samplers_read_no_files():
     assert {m: bad for m, bad in offenders.items() if bad} == {}
     assert "nn_handler.dataloaders.samplers.shards" in offenders
     assert not any(_within(i, "h5py") for m in GRAPH if _within(m, *SAMPLERS) for i in GRAPH[m])
+
+
+FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "torchdata")
+FRAMEWORK_HOMES = ("nn_handler.integrations", "nn_handler.dataloaders.samplers.frameworks")
+
+
+def _framework_mentions(path: Path) -> set[str]:
+    """Frameworks ``path`` imports or names in a string of its code (docstrings left out)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    strings = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+    named = {f for f in FRAMEWORKS for text in strings if text == f or text.startswith(f + ".")}
+    imported = {f for f in FRAMEWORKS for i in _imports(path) if _within(i, f)}
+    return named | imported
+
+
+def test_frameworks_are_named_by_their_adapters_and_samplers_frameworks_only():
+    found = {_module_name(p): _framework_mentions(p) for p in sorted(SRC.rglob("*.py"))}
+    offenders = {m: f for m, f in found.items() if f and not _within(m, *FRAMEWORK_HOMES)}
+    assert offenders == {}
+    assert found["nn_handler.dataloaders.samplers.frameworks"] == {"accelerate"}
+    assert found["nn_handler.integrations.lightning"] == {"lightning"}
+    sampler_users = {
+        m for m, imports in GRAPH.items() if FRAMEWORK_HOMES[1] in imports and _within(m, *SAMPLERS)
+    }
+    assert sampler_users == {"nn_handler.dataloaders.samplers.epoch"}  # the base asks it alone
 
 
 @pytest.mark.parametrize("internals", INTERNALS)

@@ -2,7 +2,7 @@
 
 ``DataLoader(dataset, batch_size=256)`` calls ``dataset.__getitems__`` and then collates the
 returned list of samples with ``torch.stack``: splitting a batch into samples and stacking it
-again caps throughput near 200k samples/s even for data already in RAM (see the benchmarks).
+again caps throughput even for data already in RAM (see the benchmarks).
 ``batched_loader`` instead puts the dataset behind a ``BatchedDataset`` view whose
 ``__getitems__`` reads the whole batch with one ``dataset[indices]`` call and returns it stacked,
 so the only copy is the read.

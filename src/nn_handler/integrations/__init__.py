@@ -2,4 +2,7 @@
 
 ``nn_handler.integrations.lightning``: ``DataWaitMonitor``, a Lightning callback that logs how
 much of each epoch the step waited for data (needs ``lightning``).
+
+Whether a framework's own loader splits a sampler's order across processes is found where the
+samplers ask it, ``nn_handler.dataloaders.samplers.frameworks``, without importing the framework.
 """

@@ -41,8 +41,8 @@ class RewriteOptions:
         chunk_bytes: Target bytes of one decoded chunk.
         sparse_chunk_bytes: Target bytes of one chunk of a sparse matrix's ``data`` (and as
             many entries of ``indices``): small, because ``H5SparseDataset`` gathers each
-            row's run from the chunks around it (16 KiB measured fastest, see
-            docs/performance.md).
+            row's run from the chunks around it (docs/performance.md compares chunk
+            sizes).
         codec: ``"zstd"``, ``"lz4"``, ``"gzip"`` or ``"none"``; None (auto): zstd when
             hdf5plugin is installed (so plain h5py reads the result), else gzip, and no
             compression for a dataset whose sample chunk does not compress.

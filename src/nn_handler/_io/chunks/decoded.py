@@ -1,11 +1,10 @@
 """Every block of a dataset, decoded once, in one pass, in memory the node shares.
 
-A random order over compressed chunks costs a whole chunk per sample (a 64-row chunk decoded
-to serve one row: 424 samples/s measured on a 2 GB gzip file) unless the decoded dataset stays
-in memory. When it fits the decoded budget (``decoded_budget``), the chunk engine decodes all of
-it once, in file order, into a ``Region`` of node memory (``storage/node_memory.py``), and every
-later read is one gather from it: a node's DataLoader workers and ranks share one copy, and later
-epochs decode nothing.
+A random order over compressed chunks costs a whole chunk per sample (a 64-row chunk decoded to
+serve one row) unless the decoded dataset stays in memory. When it fits the decoded budget
+(``decoded_budget``), the chunk engine decodes all of it once, in file order, into a ``Region`` of
+node memory (``storage/node_memory.py``), and every later read is one gather from it: a node's
+DataLoader workers and ranks share one copy, and later epochs decode nothing.
 
 The pass is shared by every process that reads. The region holds a state per *segment* (a run
 of consecutive blocks, ~16 MiB decoded): EMPTY, LOADING (with its filler's pid) or READY. A

@@ -5,12 +5,12 @@ forked child (a DataLoader worker) drops the reference it inherited (the parent'
 exist there) and builds its own pool on first use. Spawned workers import this module afresh.
 
 Size: ``set_decode_threads(n)`` in this process, else the environment variable
-``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else every CPU this process may
-run on (``os.sched_getaffinity``), divided among DataLoader worker processes (torch's worker
-info, through ``set_worker_count``). No cap: the decoders release the GIL and a thread's memory
-is a few chunks of scratch, while ``num_workers=0`` is often the fastest loader and a cap of 8
-left half of a 16-core machine idle in it. Workers divide the cores so that N workers never run
-more decode threads than there are cores (N processes of ``cores`` threads each oversubscribe).
+``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else every CPU this process may run on
+(``os.sched_getaffinity``), divided among DataLoader worker processes (torch's worker info, through
+``set_worker_count``). No cap: the decoders release the GIL and a thread's memory is a few chunks of
+scratch, while ``num_workers=0`` is often the fastest loader and a fixed cap would leave the cores
+of a bigger machine idle in it. Workers divide the cores so that N workers never run more decode
+threads than there are cores (N processes of ``cores`` threads each oversubscribe).
 
 Order: the blocks a read waits for (``run_parallel``) are decoded before blocks filled ahead
 of need (``submit``), whatever was queued first. Readahead queues a whole window of blocks; a

@@ -332,7 +332,7 @@ def _open_remote(url: str, options: FileOptions) -> ByteSource:
     """The object at ``url`` as a ``ByteSource``: its version asked for now, cached if asked.
 
     With a cache directory, the processes of the node that open it at once ask once
-    (``node_version.py``).
+    (``storage/remote/node_version.py``).
     """
     from ..storage.remote.cached_file import CachedFile
     from ..storage.remote.failures import RetryPolicy

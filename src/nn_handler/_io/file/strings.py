@@ -119,7 +119,7 @@ def decode_strings(
         if values.dtype.kind == "S":
             decoded: np.ndarray[Any, Any] = np.char.decode(values, encoding)
             return decoded
-        # variable length (objects): a list is 3x faster than an S array through np.char
+        # variable length (objects): a list is faster than an S array through np.char
         flat = [
             v.decode(encoding) if isinstance(v, bytes) else str(v) for v in values.ravel().tolist()
         ]

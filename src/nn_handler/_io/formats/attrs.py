@@ -10,7 +10,7 @@ Decoding rules (the README repeats them):
 * object references cannot be labels (they do not survive the trip out of a worker): error.
 
 Reading goes through ``h5py.h5a`` directly, with each attribute name's HDF5 type memoized per
-process: the high-level ``AttributeManager`` costs about 2x more per attribute.
+process: the high-level ``AttributeManager`` costs more per attribute.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """CSC matrices served as rows: a CSR copy (sidecar) next to the file, built once, out of core.
 
-In a ``csc_matrix`` the entries of one row are spread over every column, so a batch of rows
-would have to read the whole matrix (``_sparse_csc_direct`` does that, for small files; the
-measurements are in REPORT.md / docs/sparse.md). Instead the matrix is converted once into
+In a ``csc_matrix`` the entries of one row are spread over every column, so a batch of rows would
+have to read the whole matrix (``dataloaders/_sparse/csc_direct.py`` does that, for small files; the
+costs of both are in docs/sparse.md). Instead the matrix is converted once into
 ``<file>.nnh-csr-<group>.h5``: ``data`` / ``indices`` / ``indptr`` of the same matrix in CSR,
-chunked like the source's ``data`` and compressed like it (gzip level 1 with byte-shuffle when
-the source is compressed), so rows are then read exactly like an AnnData ``csr_matrix``.
+chunked like the source's ``data`` and compressed like it (gzip level 1 with byte-shuffle when the
+source is compressed), so rows are then read exactly like an AnnData ``csr_matrix``.
 
 Validation (else the sidecar is rebuilt): the sidecar records the source file's size and
 modification time (ns) of its ``FileIdentity``, taken before the build (the header's keys are

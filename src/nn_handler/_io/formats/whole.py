@@ -1,16 +1,16 @@
 """Read one whole (small) HDF5 dataset as a sample, by the cheapest correct path.
 
-``group[name][()]`` costs 2-3x ``h5py.h5d.open`` + ``DatasetID.read`` per sample (path
+``group[name][()]`` costs several times ``h5py.h5d.open`` + ``DatasetID.read`` per sample (path
 normalization, link checks and the ``h5py.Dataset`` wrapper; ``benchmarks/bench_h5_sample.py``
-measures both), and slicing the bytes out of a memory map instead of ``DatasetID.read`` saves
-another ~20% of CPU per sample (interleaved A/B on 25k 16×8 float32 samples).
+measures both), and slicing the bytes out of the file's ``ByteSource`` costs less CPU per sample
+than ``DatasetID.read``.
 
 HDF5 stores contiguous, unfiltered, allocated data as one run of bytes at
 ``DatasetID.get_offset()`` (``None`` for every other layout), so those samples are read with one
 range of the file's ``ByteSource`` (``pread`` of a descriptor per file and process; a file
 truncated under us reads short and raises, where a memory map would kill the process with
 SIGBUS) when the stored type is exactly NumPy's (``TypeID.equal``, memoized per file) and the
-first such sample of each file matched HDF5's own read (``verify.py``); everything else
+first such sample of each file matched HDF5's own read (``file/verify.py``); everything else
 (chunked, compressed, compact, external, complex, odd-precision types) is read by HDF5.
 
 Each sample is checked once per process before its first read, as ``RowReader`` checks a

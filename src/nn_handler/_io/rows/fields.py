@@ -7,8 +7,8 @@ for, a filter whose plugin is missing), and returns a reader.
 A ``FieldReader`` reads whole records of the compound dataset for the whole batch through one
 ``RowReader`` call, with the strategy that reader picked (a memory-mapped gather for contiguous
 or unfiltered data, whole-chunk decodes for compressed chunks), then copies the field out of
-them with one NumPy call: never one read per sample. Measured against h5py's own field
-selection in ``benchmarks/fields.py``.
+them with one NumPy call: never one read per sample. ``benchmarks/bench_fields.py`` measures it
+against h5py's own field selection.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ batch it is checked against the file's size (a page past a truncated end would b
 unless HDF5's descriptor was just checked, the path's identity (``MappedFile.check``).
 
 A file read cold faults its rows in one after another (one read in flight), and the kernel reads
-around each fault (up to 8 MiB for a 12 KiB row). So while gathers are slow (``_Temperature``),
-each batch first asks the kernel for all its rows at once (``MappedFile.advise``): the disk serves
-them at its queue depth. Rows that fit in memory (the decoded budget) keep the read-around, which
-soon brings the file in whole; a map of more (a file bigger than the page cache, where reading
-8 MiB to serve 12 KiB gave 246 rows/s) reads only the pages a gather touches
-(``MappedFile.read_randomly``). A warm gather pays nothing but two clock reads.
+around each fault (up to its read-ahead window: megabytes for a row of kilobytes). So while gathers
+are slow (``_Temperature``), each batch first asks the kernel for all its rows at once
+(``MappedFile.advise``): the disk serves them at its queue depth. Rows that fit in memory (the
+decoded budget) keep the read-around, which soon brings the file in whole; a map of more (a file
+bigger than the page cache, where the read-around would mostly read bytes evicted before use) reads
+only the pages a gather touches (``MappedFile.read_randomly``). A warm gather pays nothing but two
+clock reads.
 """
 
 from __future__ import annotations

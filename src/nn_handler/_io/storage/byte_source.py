@@ -106,7 +106,7 @@ class Mappable(ByteSource, Protocol):
 class ReadsMetadata(ByteSource, Protocol):
     """A byte source that reads the file's metadata its own way (once per job: a stored object).
 
-    h5py's reads of metadata blocks (``file_object.py``) go through ``read_metadata``; the
+    h5py's reads of metadata blocks (``remote/file_object.py``) go through ``read_metadata``; the
     data's own bytes through ``read_ranges``.
     """
 
@@ -328,8 +328,8 @@ class MappedFile:
         """Fault in only the page a gather touches (``MADV_RANDOM``), not a window around it.
 
         For rows asked for with ``advise`` first: the kernel otherwise reads up to its whole
-        read-ahead window (8 MiB measured) around each row not yet arrived, 93 KB read per
-        12 KB row on a file bigger than the page cache.
+        read-ahead window around each row not yet arrived, many times the row's bytes on a file
+        bigger than the page cache.
         """
         if self._map is not None and _CAN_MADVISE:
             self._map.madvise(mmap.MADV_RANDOM)
@@ -338,8 +338,8 @@ class MappedFile:
         """Have the kernel read bytes ``[starts[k], ends[k])`` of the map now, all at once.
 
         A gather from a cold map otherwise faults its pages in one after the other (one
-        request in flight: 124 rows/s measured where the disk serves 5,489 at queue depth
-        32). ``MADV_WILLNEED`` queues the reads of every span (``advise_spans``) and returns.
+        request in flight, where the disk serves many at once at its queue depth).
+        ``MADV_WILLNEED`` queues the reads of every span (``advise_spans``) and returns.
         """
         if self._map is None or not _CAN_MADVISE or starts.size == 0:
             return
@@ -424,8 +424,8 @@ def advise_spans(
 def advice_piece(fd: int) -> int:
     """The most bytes one read-ahead advice reads on the device holding ``fd``'s file.
 
-    Linux reads at most the device's read-ahead window per ``WILLNEED`` (measured: 8 MiB of a
-    200 MiB advice read, the rest never), so longer spans are asked for in pieces of it:
+    Linux reads at most the device's read-ahead window per ``WILLNEED`` (the rest of a longer
+    advice is never read), so longer spans are asked for in pieces of it:
     ``/sys/class/bdi/MAJ:MIN/read_ahead_kb``, else 128 KiB.
     """
     try:

@@ -1,9 +1,9 @@
 """The sample index of ``H5SampleDataset``: which HDF5 dataset is sample ``i``.
 
 Per file, the members of the chosen group are listed with one HDF5 link iteration, filtered by
-the name pattern, checked to be datasets (``h5g.get_objinfo``: the cheapest type query
-measured, 1.2-1.6x cheaper than ``h5o.get_info`` and 5-10x cheaper than
-``isinstance(group[name], h5py.Dataset)``; see ``benchmarks/bench_h5_sample.py``) and put in
+the name pattern, checked to be datasets (``h5g.get_objinfo``: cheaper than ``h5o.get_info``
+and than ``isinstance(group[name], h5py.Dataset)``; ``benchmarks/bench_h5_sample.py`` measures
+them) and put in
 natural order. Members that are not datasets (groups, named types, dangling links) are skipped
 and counted. The whole index is three NumPy arrays: a file number per sample, and the names as
 one byte blob with offsets, so forked DataLoader workers share it instead of copying 100k

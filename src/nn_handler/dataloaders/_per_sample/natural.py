@@ -6,8 +6,8 @@ value. A name that is a prefix of another in this sense comes first, and names t
 (``x01`` and ``x1``) are ordered by their plain bytes, so the order is total and does not depend
 on the order the names were listed in.
 
-``natural_order`` sorts 100k names of the usual ``<text><number>`` shape with NumPy string
-operations (about 3x faster than the Python key) and falls back to ``natural_key`` otherwise.
+``natural_order`` sorts names of the usual ``<text><number>`` shape with NumPy string
+operations (faster than sorting by the Python key) and falls back to ``natural_key`` otherwise.
 """
 
 from __future__ import annotations

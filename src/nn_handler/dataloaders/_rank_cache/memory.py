@@ -78,8 +78,8 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype[Any], *, shared: bool) -> t
     A shared buffer is created directly in shared memory (no allocate-then-move copy), so
     DataLoader workers started with spawn or forkserver map the same pages instead of copying.
     A private buffer comes from NumPy, which asks the kernel for transparent huge pages on
-    large arrays: filling it runs ~4x faster than a fresh ``torch.empty`` (measured on Linux),
-    and random gathers from it miss the TLB less.
+    large arrays: filling it is faster than filling a fresh ``torch.empty``, and random gathers
+    from it miss the TLB less.
     """
     if not shared:
         return torch.from_numpy(np.empty(shape, dtype=dtype))

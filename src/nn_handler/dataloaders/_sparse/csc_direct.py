@@ -4,7 +4,7 @@ A row's entries are spread over every column, so each batch scans the whole ``in
 dataset (in slabs, through ``RowReader``: parallel inflate) for the requested rows, then reads
 only the ``data`` chunks that hold hits. The cost of a batch is one pass over ``indices``
 whatever its size: fine for small matrices or a single pass (evaluation), far slower than the
-CSR sidecar for training (numbers in REPORT.md / docs/sparse.md).
+CSR sidecar for training (docs/sparse.md compares them).
 """
 
 from __future__ import annotations

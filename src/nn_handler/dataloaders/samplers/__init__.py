@@ -11,7 +11,8 @@ they share:
 * ``shards`` — shard and pad arithmetic, used by every sampler, the rank cache and elastic
   resume;
 * ``elastic`` — what an epoch leaves to split after phases on other worlds;
-* ``frameworks`` — whether a framework's loader splits batches across processes.
+* ``frameworks`` — who splits a sampler's order besides the sampler (``FrameworkSplit``: a
+  framework's loader that splits batches across processes).
 
 ``nn_handler.dataloaders.chunk_sampler`` and ``.shard_sampler`` keep their names for the
 samplers they always held.

@@ -22,7 +22,7 @@ not depend on the world: a state loaded on another world size (or another ``batc
 ``num_workers``) resumes elastically, the new ranks taking contiguous parts of what the saving
 world left, in block order (see ``samplers/elastic.py``). Under accelerate's
 ``prepare()`` (which splits batches across processes itself) the sampler orders the whole file as
-for one process and accelerate deals its batches out (see ``samplers``).
+for one process and accelerate deals its batches out (see ``samplers/frameworks.py``).
 
 Files at a URL: every request costs a round trip, so by default a block there is a run of
 adjacent chunks (the dataset's ``adjacent_chunks``: up to 8, about 1 MB decoded), fetched by

@@ -12,20 +12,11 @@ Every sampler here:
 prefetches ahead of training, so a training loop that checkpoints should store the number of
 samples it actually trained on under ``"consumed"`` (the key names are fixed).
 
-Training frameworks. Every sampler here is a ``torch.utils.data.DistributedSampler``: each already
-decides what this rank sees (``DistributedEpochSampler`` and ``ChunkShuffleSampler`` split the
-indices across ranks, ``EpochShuffleSampler`` serves a dataset that is this rank's shard), so
-Lightning and Fabric (``use_distributed_sampler=True``), which add a sampler of their own to any
-loader whose sampler is not a ``DistributedSampler``, leave them alone and call ``set_epoch``.
-accelerate's ``prepare()`` splits every loader's batches across processes itself; it first gives
-the sampler a shared ``generator``. Our samplers take that as the sign that accelerate splits:
-the splitting ones then hand accelerate the whole epoch (the same order on every process) and
-move to the next epoch on each new pass, while an ``EpochShuffleSampler`` over a rank-sharded
-dataset refuses (a shard cannot be split again without losing samples). accelerate's
-``use_seedable_sampler=True`` and ``dispatch_batches=True`` split without a generator; the
-samplers find that out at the first ``set_epoch`` or pass (``samplers/frameworks.py``) and then
-refuse as well when they split across ranks themselves (``len(loader)`` read before would have
-been wrong); an ``EpochShuffleSampler`` over a dataset of every row is exact under all three.
+Training frameworks. Every sampler here is a ``torch.utils.data.DistributedSampler``, so
+Lightning and Fabric leave it alone and call ``set_epoch``. Whether a framework (accelerate)
+splits its batches across processes as well is the business of the ``FrameworkSplit`` each
+sampler holds (``samplers/frameworks.py``); while one does, the sampler hands out the whole
+epoch (the same order on every process) and moves to the next epoch on each new pass.
 
 The world (rank, world size) is looked up when the sampler is used, unless given: a sampler made
 before the process group exists (Lightning's ``ddp_spawn`` pickles it into each process) still
@@ -48,7 +39,7 @@ from ...distributed import World
 from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
 from .._sharding import shard_world_of_length
 from .elastic import Phase, check_phases, remaining_after
-from .frameworks import accelerate_splits
+from .frameworks import FrameworkSplit
 from .shards import EvenMode, equal_steps_option, fit_length, steps_per_rank, wrap
 
 __all__ = [
@@ -72,7 +63,9 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> npt.NDArray[np.int64]:
 
 
 class _EpochSampler(DistributedSampler[int]):
-    """Shared mechanics: epochs, resumable iteration, state, the world, framework hooks.
+    """Shared mechanics: epochs, resumable iteration, state and the world.
+
+    Who else splits the order (a framework) is asked of the ``FrameworkSplit`` it holds.
 
     ``DistributedSampler.__init__`` is not called: it needs a dataset and a process group, and
     every attribute it would set is provided here (``num_replicas``, ``rank``, ``epoch``,
@@ -102,8 +95,7 @@ class _EpochSampler(DistributedSampler[int]):
         self._last_pass_epoch: int | None = None
         self._epoch_set = False
         self._warned = False
-        self._generator: torch.Generator | None = None
-        self._split_by: str | None = None
+        self._framework = FrameworkSplit()
 
     # -- the world ---------------------------------------------------------------------------
 
@@ -132,38 +124,38 @@ class _EpochSampler(DistributedSampler[int]):
         World.detect(rank=self._rank_arg, world_size=world_size)
         self._world_arg = world_size
 
+    # -- who else splits the order (samplers/frameworks.py) -----------------------------------
+
     @property
     def split_by(self) -> str | None:
         """Who splits this sampler's order across processes besides itself (``"accelerate"``)."""
-        return self._split_by
+        return self._framework.by
+
+    @property
+    def shards_indices(self) -> bool:
+        """True when this sampler gives each of several ranks its own part of the indices."""
+        raise NotImplementedError
+
+    @property
+    def serves_rank_shard(self) -> bool:
+        """True when the dataset holds only this rank's shard (a framework must not split it)."""
+        return False
 
     @property
     def generator(self) -> torch.Generator | None:
         """None, until accelerate's ``prepare()`` installs the generator it keeps in sync.
 
-        accelerate does that only when it is about to split the loader's batches across its
-        processes, so setting it switches the sampler to hand out the whole epoch (see the
-        module docstring). The order itself never depends on this generator.
+        Setting one tells the sampler that accelerate splits its batches: it then hands out the
+        whole epoch (``FrameworkSplit.install``). The order never depends on this generator.
+
+        Raises:
+            ValueError: (setting) accelerate must not split this sampler's dataset.
         """
-        return self._generator
+        return self._framework.generator
 
     @generator.setter
     def generator(self, generator: torch.Generator | None) -> None:
-        if generator is not None:
-            self._split_externally("accelerate")
-        self._generator = generator
-
-    def _split_externally(self, by: str) -> None:
-        self._split_by = by
-
-    def _notice_silent_split(self) -> None:
-        """Notice accelerate splitting without installing a generator (``samplers/frameworks``)."""
-        if self._split_by is None and accelerate_splits(self):
-            self._split_silently("accelerate")
-
-    def _split_silently(self, by: str) -> None:
-        """``by`` splits this sampler's batches and told it nothing until the first pass."""
-        self._split_externally(by)
+        self._framework.install(self, generator)
 
     # -- epochs and passes ---------------------------------------------------------------------
 
@@ -183,7 +175,7 @@ class _EpochSampler(DistributedSampler[int]):
             self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
         self._epoch_set = True
-        self._notice_silent_split()  # accelerate calls set_epoch on every process, first
+        self._framework.notice(self)  # accelerate calls set_epoch on every process, first
 
     def __iter__(self) -> Iterator[int]:
         # Nothing happens before the first index is taken: loaders (torchdata's, torch's with
@@ -193,7 +185,7 @@ class _EpochSampler(DistributedSampler[int]):
         return self._pass(start)
 
     def _pass(self, start: int) -> Iterator[int]:
-        self._notice_silent_split()
+        self._framework.notice(self)
         resumed, self._resuming, self._resume_from = self._resuming, False, 0
         if not resumed:
             self._phases = []
@@ -207,7 +199,7 @@ class _EpochSampler(DistributedSampler[int]):
             yield index
 
     def _begin_epoch(self) -> None:
-        if self._split_by is not None and self._last_pass_epoch == self.epoch:
+        if self.split_by is not None and self._last_pass_epoch == self.epoch:
             if not self._epoch_set:
                 # accelerate splits batch_size=None loaders without calling set_epoch
                 self.epoch += 1
@@ -248,7 +240,7 @@ class _EpochSampler(DistributedSampler[int]):
         return getattr(self, name)
 
     def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` in today's keys when an earlier version wrote it."""
+        """``state`` in the current keys (a state written by an earlier version is converted)."""
         return _upgrade_state(state, bool(self._state_split))
 
     def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
@@ -437,7 +429,7 @@ class EpochShuffleSampler(_EpochSampler):
                 rank-sharded: every rank would then see the whole dataset.
         """
         world = World.detect() if world is None else world
-        if not world.is_distributed or self._split_by is not None:
+        if not world.is_distributed or self.split_by is not None:
             return
         sharded, shard = self._data_shard_world()
         if data_is_sharded is not None and data_is_sharded != sharded:
@@ -465,20 +457,10 @@ class EpochShuffleSampler(_EpochSampler):
     def _check_before_pass(self) -> None:
         self.check_world()
 
-    def _split_externally(self, by: str) -> None:
-        sharded, _ = self._data_shard_world()
-        if sharded:
-            raise ValueError(
-                f"{by} splits this loader's batches across its processes, but its "
-                f"EpochShuffleSampler serves a rank-sharded dataset (each process holds only its "
-                f"own shard): each would train on a fraction of its shard. Do not pass this "
-                f"loader to {by}'s prepare(); prepare the model and optimizer only "
-                f"('model, optimizer = accelerator.prepare(model, optimizer)') and move each "
-                f"batch yourself ('x, y = x.to(accelerator.device), y.to(accelerator.device)'), "
-                f"or read the file with H5LazyDataset and DistributedEpochSampler / "
-                f"ChunkShuffleSampler, which {by} may split"
-            )
-        super()._split_externally(by)
+    @property
+    def serves_rank_shard(self) -> bool:
+        """True when the data is rank-sharded (``shard_of``, or a live rank cache's length)."""
+        return self._data_shard_world()[0]
 
     def _order(self) -> npt.NDArray[np.int64]:
         return fit_length(self._epoch_order(self.data_len), self.num_samples)
@@ -548,7 +530,7 @@ class DistributedEpochSampler(_EpochSampler):
 
     def _layout(self) -> tuple[int, int]:
         """``(rank, world_size)`` this sampler splits by: ``(0, 1)`` while a framework splits."""
-        if self._split_by is not None:
+        if self.split_by is not None:
             return 0, 1
         world = self.world
         return world.rank, world.world_size
@@ -557,22 +539,6 @@ class DistributedEpochSampler(_EpochSampler):
     def shards_indices(self) -> bool:
         """True when this sampler gives each of several ranks its own part of the indices."""
         return self._layout()[1] > 1
-
-    def _split_silently(self, by: str) -> None:
-        if not self.shards_indices:  # one rank: by's split is the only one
-            super()._split_silently(by)
-            return
-        # Handing by the whole epoch now would be exact, but len(loader) taken before this
-        # first pass (a scheduler's step count) would have been 1/world_size too small.
-        raise ValueError(
-            f"{by} splits this loader's batches across its processes without telling its "
-            f"{type(self).__name__} (accelerate's DataLoaderConfiguration("
-            "use_seedable_sampler=True) or dispatch_batches=True), which splits the epoch "
-            f"across its {self.num_replicas} ranks too: each process would train on a fraction "
-            "of its part. Keep use_seedable_sampler=False and dispatch_batches=False "
-            f"(accelerate's defaults): {by} then tells the sampler, which hands it the whole "
-            "epoch, seeded and in the same order on every process"
-        )
 
     def _state_value(self, name: str) -> Any:
         if name == "world_size":  # the world the order is split by (1 while accelerate splits)

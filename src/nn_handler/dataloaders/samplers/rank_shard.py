@@ -1,10 +1,10 @@
 """ShardEpochSampler: the epoch of one rank's shard, resumable on another number of ranks.
 
-A rank-sharded dataset (``RankMemCachedH5Dataset``) holds rows ``shard_rows(total, world,
-rank, mode)`` of the file; its sampler shuffles those (``EpochShuffleSampler``'s order, so a
-fixed world trains exactly as before). Which rows a rank trained is then not a prefix of any
-global order, but it is a pure function of a few numbers: the world, the mode and how many
-positions every rank consumed. A state records just those (``phases``, see
+A rank-sharded dataset (``RankMemCachedH5Dataset``) holds rows ``shard_rows(total, world, rank,
+mode)`` of the file; its sampler shuffles those (``EpochShuffleSampler``'s order, so on a fixed
+world it trains exactly as an ``EpochShuffleSampler`` of the shard). Which rows a rank trained is
+then not a prefix of any global order, but it is a pure function of a few numbers: the world, the
+mode and how many positions every rank consumed. A state records just those (``phases``, see
 ``samplers/elastic.py``).
 
 Resumed on another world, every rank replays the earlier phases to find the rows nobody has

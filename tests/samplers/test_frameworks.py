@@ -29,6 +29,7 @@ from nn_handler.dataloaders import (
     batched_loader,
     epoch_permutation,
 )
+from nn_handler.dataloaders.samplers.frameworks import FrameworkSplit
 
 from helpers.integrations import BATCH, ROWS, batch_rows, quiet, write_indexed
 
@@ -176,6 +177,29 @@ def test_accelerate_switches_the_sampler_to_the_whole_epoch():
     sampler.set_epoch(7)
     assert list(sampler) == epoch_permutation(10, 3, 7).tolist()  # an explicit epoch wins
     assert (sampler.rank, sampler.world_size) == (1, 2)  # the state still names the world
+
+
+class _Sampler:
+    """A ``Splittable`` of fixed answers: all a ``FrameworkSplit`` may ask of its sampler."""
+
+    def __init__(self, *, shards_indices: bool, serves_rank_shard: bool) -> None:
+        self.shards_indices, self.serves_rank_shard = shards_indices, serves_rank_shard
+        self.num_replicas = 2
+
+
+def test_framework_split_asks_its_sampler_through_splittable_only():
+    split = FrameworkSplit()
+    shard = _Sampler(shards_indices=False, serves_rank_shard=True)
+    with pytest.raises(ValueError, match=r"^accelerate splits .* rank-sharded dataset"):
+        split.install(shard, torch.Generator())
+    assert split.by is None and split.generator is None  # a refused generator is not kept
+    split.notice(_Sampler(shards_indices=True, serves_rank_shard=False))  # accelerate not running
+    assert split.by is None
+    generator = torch.Generator()
+    split.install(_Sampler(shards_indices=True, serves_rank_shard=False), generator)
+    assert split.by == "accelerate" and split.generator is generator
+    split.install(shard, None)  # no generator: nothing to refuse, and the split stays
+    assert split.by == "accelerate" and split.generator is None
 
 
 def test_accelerate_refuses_a_rank_sharded_dataset(path):
