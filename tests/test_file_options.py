@@ -21,6 +21,7 @@ from nn_handler.dataloaders import (
 )
 from nn_handler.dataloaders.combined_h5_dataset import create_optimized_dataloader
 
+from helpers.dataset_classes import dataset_classes
 from helpers.recordings import write_recording
 from helpers.samples import trajectories, write_samples
 from helpers.sparse_files import write_anndata
@@ -36,37 +37,57 @@ def _dense(tmp_path: Path) -> Path:
     return path
 
 
-def _make(kind: str, tmp_path: Path, **kw):
-    if kind == "H5LazyDataset":
-        return H5LazyDataset(_dense(tmp_path), "x", "y", **kw)
-    if kind == "RankMemCachedH5Dataset":
-        return RankMemCachedH5Dataset(
-            _dense(tmp_path), "x", "y", rank=0, world_size=1, log_fn=lambda _: None,
-            pin_host_memory=False, **kw,
-        )  # fmt: skip
-    if kind == "CombinedHDF5Dataset":
-        path = tmp_path / "r.h5"
-        if not path.exists():
-            write_recording(path, 6, seed=0, uid_start=0, guid_kind="vlen-str")
-        return CombinedHDF5Dataset([path], pin_memory=False, **kw)
-    if kind == "H5SampleDataset":
-        path = tmp_path / "s.h5"
-        if not path.exists():
-            write_samples(path, trajectories(5))
-        return H5SampleDataset(path, **kw)
+def _lazy(tmp_path: Path, **kw):
+    return H5LazyDataset(_dense(tmp_path), "x", "y", **kw)
+
+
+def _rank_cached(tmp_path: Path, **kw):
+    return RankMemCachedH5Dataset(
+        _dense(tmp_path), "x", "y", rank=0, world_size=1, log_fn=lambda _: None,
+        pin_host_memory=False, **kw,
+    )  # fmt: skip
+
+
+def _combined(tmp_path: Path, **kw):
+    path = tmp_path / "r.h5"
+    if not path.exists():
+        write_recording(path, 6, seed=0, uid_start=0, guid_kind="vlen-str")
+    return CombinedHDF5Dataset([path], pin_memory=False, **kw)
+
+
+def _per_sample(tmp_path: Path, **kw):
+    path = tmp_path / "s.h5"
+    if not path.exists():
+        write_samples(path, trajectories(5))
+    return H5SampleDataset(path, **kw)
+
+
+def _sparse(tmp_path: Path, **kw):
     path = tmp_path / "a.h5ad"
     if not path.exists():
         write_anndata(path, "csr-gzip")
     return H5SparseDataset(path, **kw)
 
 
-KINDS = [
-    "H5LazyDataset",
-    "RankMemCachedH5Dataset",
-    "CombinedHDF5Dataset",
-    "H5SampleDataset",
-    "H5SparseDataset",
-]
+#: one factory per dataset class: ``test_every_dataset_class_has_a_factory`` fails for a
+#: concrete class of the dataset core, or a public dataset, that is missing here
+FACTORIES = {
+    H5LazyDataset: _lazy,
+    RankMemCachedH5Dataset: _rank_cached,
+    CombinedHDF5Dataset: _combined,
+    H5SampleDataset: _per_sample,
+    H5SparseDataset: _sparse,
+}
+KINDS = [cls.__name__ for cls in FACTORIES]
+
+
+def _make(kind: str, tmp_path: Path, **kw):
+    factory = {cls.__name__: f for cls, f in FACTORIES.items()}[kind]
+    return factory(tmp_path, **kw)
+
+
+def test_every_dataset_class_has_a_factory():
+    assert set(FACTORIES) == dataset_classes()
 
 
 def _first(ds):

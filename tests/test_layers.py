@@ -17,6 +17,9 @@
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
   on ``_io`` and ``_tensors`` alone, never on another dataset's internals or on a public
   module above them.
+* The dataset core (``_core``: file options, sources, chunk caches, windows, read-ahead, output
+  buffers) stands on ``_io``, ``_tensors`` and ``_protocols`` alone: no dataset, loader or
+  sampler. Every public dataset module (one that opens files with ``FileOptions``) builds on it.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
 * No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
@@ -50,6 +53,7 @@ INTERNALS = ("_combined", "_per_sample", "_rank_cache", "_sparse")
 IO = "nn_handler._io"
 STORAGE = "nn_handler._io.storage"
 TENSORS = "nn_handler.dataloaders._tensors"
+CORE = "nn_handler.dataloaders._core"
 
 
 def _module_name(path: Path) -> str:
@@ -270,6 +274,29 @@ def test_dataset_internals_stand_on_io_only(internals):
         if _within(m, package)
     }
     assert {m: bad for m, bad in offenders.items() if bad} == {}
+
+
+def test_the_dataset_core_stands_on_io_and_tensors_only():
+    allowed = (CORE, IO, TENSORS, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, CORE)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert f"{CORE}.files" in offenders
+
+
+def test_every_dataset_module_builds_on_the_core():
+    options = f"{IO}.file.options"
+    datasets = {
+        m
+        for m, imports in GRAPH.items()
+        if m.rpartition(".")[0] == "nn_handler.dataloaders" and not _is_package(m)
+        and options in imports
+    }  # fmt: skip
+    assert "nn_handler.dataloaders.h5_sparse_dataset" in datasets
+    assert sorted(m for m in datasets if CORE not in GRAPH[m]) == []
 
 
 def test_training_uses_the_public_dataloaders_surface_only():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,12 @@ from nn_handler.dataloaders import (
     CombinedHDF5Dataset,
     H5LazyDataset,
     H5SampleDataset,
+    H5SparseDataset,
     RankMemCachedH5Dataset,
 )
+
+from helpers.dataset_classes import dataset_classes
+from helpers.sparse_files import write_anndata
 
 psutil = pytest.importorskip("psutil")
 
@@ -55,21 +60,34 @@ def _write(folder: Path) -> dict[str, Any]:
     with h5py.File(samples, "w") as f:
         for i in range(SAMPLES // 2):
             f[f"s{i}"] = x[i]
-    return {"lazy": lazy, "combined": combined, "samples": samples}
+    sparse = write_anndata(folder / "sparse.h5ad", "csr-gzip", n_obs=SAMPLES)
+    return {"lazy": lazy, "combined": combined, "samples": samples, "sparse": sparse}
 
 
 def _quiet(_message: str) -> None:
     pass
 
 
+#: one factory per dataset class (``test_every_dataset_class_is_measured`` checks the list)
+FACTORIES: dict[type, Callable[[dict[str, Any]], Any]] = {
+    H5LazyDataset: lambda files: H5LazyDataset(files["lazy"], "x", "y"),
+    RankMemCachedH5Dataset: lambda files: RankMemCachedH5Dataset(
+        files["lazy"], "x", "y", rank=0, world_size=1, log_fn=_quiet
+    ),
+    CombinedHDF5Dataset: lambda files: CombinedHDF5Dataset(
+        files["combined"], cache_size=200, pin_memory=False
+    ),
+    H5SampleDataset: lambda files: H5SampleDataset(files["samples"], attrs=False),
+    H5SparseDataset: lambda files: H5SparseDataset(files["sparse"]),
+}
+
+
 def _dataset(kind: str, files: dict[str, Any]) -> Any:
-    if kind == "H5LazyDataset":
-        return H5LazyDataset(files["lazy"], "x", "y")
-    if kind == "RankMemCachedH5Dataset":
-        return RankMemCachedH5Dataset(files["lazy"], "x", "y", rank=0, world_size=1, log_fn=_quiet)
-    if kind == "CombinedHDF5Dataset":
-        return CombinedHDF5Dataset(files["combined"], cache_size=200, pin_memory=False)
-    return H5SampleDataset(files["samples"], attrs=False)
+    return {cls.__name__: make for cls, make in FACTORIES.items()}[kind](files)
+
+
+def test_every_dataset_class_is_measured():
+    assert set(FACTORIES) == dataset_classes()
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +96,7 @@ def files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-@pytest.mark.parametrize(
-    "kind",
-    ["H5LazyDataset", "RankMemCachedH5Dataset", "CombinedHDF5Dataset", "H5SampleDataset"],
-)
+@pytest.mark.parametrize("kind", [cls.__name__ for cls in FACTORIES])
 def test_rss_is_flat_over_five_epochs(files, kind, context):
     main = psutil.Process()
     before = {c.pid for c in main.children(recursive=True)}

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, get_worker_info
 
-from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.options import FileOptions, LockingMode
+from .._io.file.source import H5Source
 from .._io.indices import IndexArray, as_index_array, normalize_index
 from .._io.process import PerProcess
 from .._validate import (
@@ -36,6 +37,7 @@ from ._combined.file_pool import FilePool
 from ._combined.filters import FilterSpec
 from ._combined.index import build_index
 from ._combined.loader_options import check_dataset_kwargs, choose_workers, loader_options
+from ._core import FileDataset
 from ._tensors.split import split_batch
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler
@@ -58,7 +60,7 @@ class _ProcessState:
     bytes_read: int = 0
 
 
-class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
+class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
     """Samples from many HDF5 files as one map-style dataset, with metadata filters and a cache.
 
     ``dataset[i]`` returns ``{field: value}`` for the loaded fields: float fields as tensors of
@@ -211,7 +213,7 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
         keys = with_field_keys(resolve_field_names(field_names), fields)
         mask = _check_bool("return_valid_mask", return_valid_mask)
         in_memory = _check_bool("metadata_in_memory", metadata_in_memory)
-        options = resolve_file_options(file_options, CombinedHDF5Dataset.__init__, locals())
+        options = self._file_options(CombinedHDF5Dataset.__init__, locals())
         self._pool = FilePool(paths, options, keys, max_open_files)
         try:
             self._index, self._plan = build_index(self._pool, spec, fields, mask, in_memory)
@@ -297,16 +299,12 @@ class CombinedHDF5Dataset(Dataset[dict[str, Any]]):
             "fields": self.fields,
         }
 
-    def close(self) -> None:
-        """Close every file this process has open (later reads reopen them)."""
-        with self._lock.get():
+    def _sources(self) -> list[H5Source]:
+        return self._pool.sources
+
+    def _close_files(self) -> None:
+        with self._lock.get():  # the pool evicts files a read in another thread may be using
             self._pool.close()
-
-    def __enter__(self) -> CombinedHDF5Dataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _local(self) -> _ProcessState:
         return self._state.get_or_make(self._new_state)

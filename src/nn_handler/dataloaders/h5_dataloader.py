@@ -8,7 +8,6 @@ data) or one read per needed chunk (compressed data), not 256 h5py calls.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -16,27 +15,23 @@ from typing import IO, Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.options import FileOptions, LockingMode
 from .._io.file.source import H5Source, close_inherited_sources
 from .._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
-from .._io.indices import is_scalar_index
 from .._io.rows.fields import Reader, open_reader, row_reader
-from .._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_readers
 from .._io.rows.reader import RowReader
-from .._io.storage.remote.ranges import adjacent_chunks
 from .._validate import check_callable, check_key, numpy_dtype
+from ._core import RowReaderDataset
 from ._tensors.columns import ENCODING_ARG, Column, label_map_from
 from ._tensors.split import restack, split_samples
-from ._tensors.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 
 Sample = torch.Tensor | tuple[Any, Any]
 
 
-class H5LazyDataset(Dataset[Sample]):
+class H5LazyDataset(RowReaderDataset[Sample]):
     """A map-style dataset over one HDF5 file, opened lazily in each process.
 
     ``dataset[i]`` returns ``x`` or ``(x, y)`` as tensors: rows are cast to ``x_dtype`` /
@@ -100,9 +95,6 @@ class H5LazyDataset(Dataset[Sample]):
         >>> loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=4)
     """
 
-    #: ``dataset[list_of_indices]`` returns a stacked batch (see ``batched_loader``).
-    supports_batch_indexing = True
-
     def __init__(
         self,
         path: str | os.PathLike[str] | IO[bytes],
@@ -137,7 +129,7 @@ class H5LazyDataset(Dataset[Sample]):
         self.transform = transform
         self.target_transform = target_transform
         self.label_encoding = check_encoding(ENCODING_ARG, label_encoding)
-        options = resolve_file_options(file_options, H5LazyDataset.__init__, locals())
+        options = self._file_options(H5LazyDataset.__init__, locals())
         self._source = H5Source(path, options)
         try:
             self._build_readers(x_key, y_key, classes, label_map)
@@ -224,115 +216,6 @@ class H5LazyDataset(Dataset[Sample]):
         """Rows per HDF5 chunk of the inputs along axis 0 (None when not chunked)."""
         return self._x.chunk_rows
 
-    @property
-    def adjacent_chunks(self) -> int:
-        """Adjacent chunks per block of ``ChunkShuffleSampler``'s default (1 for a local file).
-
-        For a URL, runs of neighbouring chunks (up to about 1 MB decoded, at most 8 chunks) are
-        shuffled as one block, so one request fetches them (see ``docs/remote.md``).
-        """
-        if not self._source.is_remote:
-            return 1
-        return adjacent_chunks(self.window_cache_nbytes(None, 1))
-
-    def wait_causes(self, random_order: bool) -> list[str]:
-        """What makes batches of this dataset slow to read, each with its fix (``wait_advice``).
-
-        Args:
-            random_order: The loader draws samples in a random order (not chunk by chunk).
-        """
-        causes = []
-        if random_order:
-            causes += [c for r in self._row_readers() if (c := r.random_order_cost())]
-        if self._source.is_remote and self._source.options.cache_dir is None:
-            causes.append(
-                f"{self.path!r} is read over the network without a cache: every epoch fetches "
-                "its chunks again; pass cache_dir= (a node-local folder every process of the "
-                "node shares, see docs/remote.md)"
-            )
-        return causes
-
-    @property
-    def is_open(self) -> bool:
-        """True when this process holds an open file handle."""
-        return self._source.is_open
-
-    @property
-    def reads_release_gil(self) -> bool:
-        """True when batches are read outside the GIL.
-
-        Every key is memory-mapped or decoded by our codecs, and there are no transforms:
-        ``batched_loader(worker_mode="auto")`` then serves batches from threads.
-        """
-        no_transforms = self.transform is None and self.target_transform is None
-        return no_transforms and all(r.releases_gil for r in self._row_readers())
-
-    @property
-    def chunk_cache_nbytes(self) -> int:
-        """Chunk-cache budget per key, in bytes (``rdcc_nbytes``)."""
-        return self._source.options.rdcc_nbytes
-
-    def set_chunk_cache(
-        self, nbytes: int, nslots: int | None = None, w0: float | None = None
-    ) -> None:
-        """Resize the chunk cache of every key: HDF5's and the decoded-chunk cache.
-
-        Takes effect in this process at once (the file is reopened on the next read) and in
-        DataLoader workers started afterwards. (``batched_loader`` grows the cache for a chunk
-        sampler's window through ``plan_window`` instead, which keeps the file open.)
-
-        Args:
-            nbytes: Bytes per key (``rdcc_nbytes``).
-            nslots: Hash slots of HDF5's cache (unchanged when None).
-            w0: HDF5's preemption policy in ``[0, 1]`` (unchanged when None).
-
-        Raises:
-            TypeError / ValueError: a value is not valid for ``rdcc_nbytes`` / ``rdcc_nslots`` /
-                ``rdcc_w0``.
-        """
-        old = self._source.options
-        new = dataclasses.replace(
-            old,
-            rdcc_nbytes=nbytes,
-            rdcc_nslots=old.rdcc_nslots if nslots is None else nslots,
-            rdcc_w0=old.rdcc_w0 if w0 is None else w0,
-        )
-        self._source.set_options(new)
-        for reader in self._row_readers():
-            reader.clear_cache()
-
-    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
-        """Chunk-cache bytes per key that keep ``blocks`` row blocks of ``block_rows`` decoded.
-
-        Zero when no key needs a chunk cache (contiguous or memory-mapped data).
-        ``block_rows=None``: blocks of ``chunk_rows``.
-        """
-        rows = block_rows_or_own(block_rows, self.chunk_rows)
-        return max(reader.window_cache_nbytes(rows, blocks) for reader in self._row_readers())
-
-    def plan_window(self, plan: WindowPlan) -> None:
-        """Size every key's decoded-chunk window (and, if asked, chunk cache) for ``plan``.
-
-        ``batched_loader`` calls this once with a chunk sampler's window, so a process keeps
-        about two windows of decoded chunks instead of filling the whole ``rdcc_nbytes`` budget.
-        """
-        need = plan_readers(plan, self._row_readers(), self.chunk_rows)
-        grow_cache([self._source], need)
-
-    @property
-    def readahead_rows(self) -> int:
-        """Rows ``batched_loader`` announces ahead of reading them (see ``read_ahead``)."""
-        return max(reader.readahead_rows for reader in self._row_readers())
-
-    def read_ahead(self, indices: Any) -> None:
-        """Start decoding, in the background, the chunks a coming batch ``indices`` needs.
-
-        ``batched_loader`` calls this a window ahead when batches are read in this process
-        (``num_workers=0`` or worker threads), so decoding overlaps serving earlier batches.
-        """
-        for reader in self._row_readers():
-            reader.read_ahead(indices)
-
     def prefetch(self, indices: Any) -> None:
         """The old name of ``read_ahead`` (``prefetch`` now means copying to the device)."""
         warnings.warn(
@@ -343,18 +226,18 @@ class H5LazyDataset(Dataset[Sample]):
         )
         self.read_ahead(indices)
 
+    def _sources(self) -> list[H5Source]:
+        return [self._source]
+
     def _row_readers(self) -> list[RowReader]:
         """The reader of every key's chunks: windows, readahead and caches are theirs."""
         return [row_reader(reader) for reader in (self._x, self._y) if reader is not None]
 
+    def _transforms(self) -> list[Callable[[Any], Any] | None]:
+        return [self.transform, self.target_transform]
+
     def __len__(self) -> int:
         return self._x.length
-
-    def __getitem__(self, index: Any) -> Any:
-        """Return sample ``index``, or a stacked batch for a sequence / array / slice of them."""
-        if is_scalar_index(index):
-            return self._sample(index)
-        return self._batch(index)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
@@ -363,16 +246,6 @@ class H5LazyDataset(Dataset[Sample]):
         if self._y is not None and self._y_col is not None:
             ys = self._y_col.samples(self._y.read(indices), indices)
         return split_samples(xs, ys, self.transform, self.target_transform)
-
-    def close(self) -> None:
-        """Close this process's file handle (the next read reopens it)."""
-        self._source.close()
-
-    def __enter__(self) -> H5LazyDataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _sample(self, index: Any) -> Any:
         x = self._x_col.read_one(self._x, index)
@@ -388,13 +261,12 @@ class H5LazyDataset(Dataset[Sample]):
             return x
         return x, self._stack(self._y, self._y_col, indices, self.target_transform)
 
-    @staticmethod
     def _stack(
-        reader: Reader, column: Column, indices: Any, fn: Callable[[Any], Any] | None
+        self, reader: Reader, column: Column, indices: Any, fn: Callable[[Any], Any] | None
     ) -> Any:
         if fn is None and column.kind.kind == "numeric":
             # numbers: read (and cast) in place, in shared memory inside worker processes
-            return read_batch(reader, indices, column.cast)
+            return self._read_rows(reader, indices, column.cast)
         rows = reader.read(indices)
         if fn is None:
             return column.batch(rows, indices)

@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
 from .._io.errors import DataFileError
-from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.options import FileOptions, LockingMode
 from .._io.file.paths import check_paths
 from .._io.file.source import H5Source
 from .._io.formats.attrs import LabelReader
 from .._io.formats.members import open_dataset_id
 from .._io.formats.whole import SampleReader
 from .._validate import check_callable, check_int, format_names, numpy_dtype
+from ._core import FileDataset
 from ._per_sample.collate import pad_collate
 from ._per_sample.files import index_files
 from ._per_sample.index import NamePattern, SampleIndex
@@ -35,7 +35,7 @@ Sample = dict[str, Any]
 _SHOWN_FILES = 3
 
 
-class H5SampleDataset(Dataset[Sample]):
+class H5SampleDataset(FileDataset[Sample]):
     """A map-style dataset where each sample is one HDF5 dataset; its attributes are the labels.
 
     ``dataset[i]`` returns ``{"data": tensor, "labels": dict}``. Samples are ordered by file (in
@@ -117,19 +117,19 @@ class H5SampleDataset(Dataset[Sample]):
         self.transform = transform
         if not isinstance(sidecar, bool):
             raise TypeError(f"sidecar must be True or False, got {sidecar!r}")
-        options = resolve_file_options(file_options, H5SampleDataset.__init__, locals())
-        self._sources = [H5Source(p, options) for p in self._paths]
+        options = self._file_options(H5SampleDataset.__init__, locals())
+        self._files = [H5Source(p, options) for p in self._paths]
         try:
-            result = index_files(self._sources, self._group, self._pattern, self._limit, sidecar)
+            result = index_files(self._files, self._group, self._pattern, self._limit, sidecar)
         finally:  # hold no handle until a process reads (forked workers inherit none)
-            for source in self._sources:
+            for source in self._files:
                 source.close()
         self._index = SampleIndex(result.files, self._limit)
         #: per file: "built" (listed now), "sidecar" (index loaded) or "unused" (past limit)
         self.index_origins: tuple[str, ...] = result.origins
         #: members of ``group`` that matched but are not datasets, over all indexed files
         self.skipped: int = result.skipped
-        self._reader = SampleReader(self._sources)
+        self._reader = SampleReader(self._files)
         self._prefix = self._group.rstrip("/").encode("utf-8") + b"/"
 
     @property
@@ -146,11 +146,6 @@ class H5SampleDataset(Dataset[Sample]):
     def pattern(self) -> str | None:
         """The name pattern as text (``"re:..."`` for regular expressions), or None."""
         return None if self._pattern is None else self._pattern.describe()
-
-    @property
-    def is_open(self) -> bool:
-        """True when this process holds an open handle on any of the files."""
-        return any(s.is_open for s in self._sources)
 
     def locate(self, index: int) -> tuple[str, str]:
         """Return ``(file path, dataset path in the file)`` of sample ``index``."""
@@ -178,19 +173,14 @@ class H5SampleDataset(Dataset[Sample]):
             data = self.transform(data)
         return {"data": data, "labels": labels}
 
-    def close(self) -> None:
-        """Close this process's file handles and memory maps (the next read reopens)."""
-        for source in self._sources:
-            source.close()
-        self._reader.close()
+    def _sources(self) -> list[H5Source]:
+        return self._files
+
+    def _close_files(self) -> None:
+        super()._close_files()
+        self._reader.close()  # its memory maps
         if self._labels is not None:
             self._labels.clear()
-
-    def __enter__(self) -> H5SampleDataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _position(self, index: Any) -> int:
         try:
@@ -204,7 +194,7 @@ class H5SampleDataset(Dataset[Sample]):
 
     def _open(self, file_no: int, name: bytes, where: Callable[[], str]) -> Any:
         try:
-            return open_dataset_id(self._sources[file_no], self._prefix + name)
+            return open_dataset_id(self._files[file_no], self._prefix + name)
         except DataFileError:
             raise  # the file is damaged or changed: its own error says which
         except (KeyError, OSError, RuntimeError) as exc:

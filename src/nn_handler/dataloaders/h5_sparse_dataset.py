@@ -10,22 +10,21 @@ outside the HDF5 lock, and kept for the next batch) and scattered into a dense
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, Literal
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
-from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.options import FileOptions, LockingMode
 from .._io.file.paths import check_paths
+from .._io.file.source import H5Source
 from .._io.file.strings import check_encoding
 from .._io.formats.sparse_labels import merge_labels
-from .._io.indices import IndexArray, as_index_array, is_scalar_index, normalize_index
-from .._io.rows.plan import WindowPlan, grow_cache
+from .._io.indices import IndexArray, as_index_array, normalize_index
 from .._validate import check_choice, check_key, numpy_dtype
+from ._core import ChunkedDataset, ChunkParts
 from ._sparse.batch import (
     RowEntries,
     concat_entries,
@@ -39,10 +38,8 @@ from ._sparse.batch import (
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
 from ._sparse.rows import CompressedRows
-from ._tensors.batch_ring import ring_buffer
 from ._tensors.columns import ENCODING_ARG
 from ._tensors.split import split_samples
-from ._tensors.tensors import torch_dtype
 
 __all__ = ["H5SparseDataset"]
 
@@ -52,7 +49,7 @@ _OUTPUTS: tuple[Output, ...] = ("dense", "sparse_csr")
 _CSC_MODES: tuple[CscMode, ...] = ("sidecar", "direct")
 
 
-class H5SparseDataset(Dataset[Any]):
+class H5SparseDataset(ChunkedDataset[Any]):
     """A map-style dataset over the rows of sparse matrices in one or more HDF5 files.
 
     ``dataset[i]`` returns row ``i`` as a dense ``(n_cols,)`` tensor (or ``(x, y)`` with a
@@ -108,9 +105,6 @@ class H5SparseDataset(Dataset[Any]):
         >>> loader = batched_loader(ds, 256, sampler=sampler, num_workers=4)
     """
 
-    #: ``dataset[list_of_indices]`` returns a stacked batch (see ``batched_loader``).
-    supports_batch_indexing = True
-
     def __init__(
         self,
         paths: PathArg | Sequence[PathArg],
@@ -141,7 +135,7 @@ class H5SparseDataset(Dataset[Any]):
         self.output: Output = check_choice("output", output, _OUTPUTS)
         self.dtype = _value_dtype(dtype)
         strings = (check_encoding(ENCODING_ARG, label_encoding), ENCODING_ARG)
-        options = resolve_file_options(file_options, H5SparseDataset.__init__, locals())
+        options = self._file_options(H5SparseDataset.__init__, locals())
         wanted = check_columns_arg(columns)
         mode = check_choice("csc", csc, _CSC_MODES)
         folder = None if sidecar_dir is None else os.fspath(sidecar_dir)
@@ -216,61 +210,24 @@ class H5SparseDataset(Dataset[Any]):
         """None: rows per chunk vary; samplers use ``block_starts`` instead."""
         return None
 
-    @property
-    def chunk_cache_nbytes(self) -> int:
-        """Chunk-cache budget per dataset, in bytes (``rdcc_nbytes``)."""
-        return self._files[0].sources[0].options.rdcc_nbytes
+    def _sources(self) -> list[H5Source]:
+        return [source for f in self._files for source in f.sources]
 
-    @property
-    def is_open(self) -> bool:
-        """True when this process holds an open file handle."""
-        return any(s.is_open for f in self._files for s in f.sources)
+    def _chunk_parts(self) -> list[ChunkParts]:
+        return [f.rows for f in self._files]
 
-    def set_chunk_cache(
-        self, nbytes: int, nslots: int | None = None, w0: float | None = None
-    ) -> None:
-        """Resize the chunk caches (HDF5's and the decoded-chunk cache) of every file.
-
-        The files are reopened on the next read. (``batched_loader`` grows the caches for a
-        chunk sampler's window through ``plan_window`` instead, which keeps them open.)
-        """
-        for f in self._files:
-            for source in f.sources:
-                old = source.options
-                source.set_options(
-                    dataclasses.replace(
-                        old,
-                        rdcc_nbytes=nbytes,
-                        rdcc_nslots=old.rdcc_nslots if nslots is None else nslots,
-                        rdcc_w0=old.rdcc_w0 if w0 is None else w0,
-                    )
-                )
-            f.rows.clear_cache()
-
-    def window_cache_nbytes(self, block_rows: int | None, blocks: int) -> int:
-        """Cache bytes per dataset that keep ``blocks`` row blocks decoded (None: own blocks)."""
-        return max(f.rows.window_cache_nbytes(block_rows, blocks) for f in self._files)
-
-    def plan_window(self, plan: WindowPlan) -> None:
-        """Size the windows of decoded chunks for ``plan``'s blocks; grow the caches if it asks.
-
-        ``batched_loader`` calls this once with a chunk sampler's window; files stay open.
-        """
-        for f in self._files:
-            f.rows.plan_window(plan.block_rows, plan.blocks)
-        if plan.fit_cache:
-            need = self.window_cache_nbytes(plan.block_rows, plan.cache_blocks)
-            grow_cache((s for f in self._files for s in f.sources), need)
+    def _block_rows(self, block_rows: int | None) -> int | None:
+        return block_rows  # None: each file's own blocks (``block_starts``)
 
     def __len__(self) -> int:
         return int(self._offsets[-1])
 
-    def __getitem__(self, index: Any) -> Any:
-        """Return row ``index`` (dense), or the batch for a sequence / array / slice of rows."""
-        if is_scalar_index(index):
-            return self.__getitems__([normalize_index(index, len(self))])[0]
-        idx = as_index_array(index, len(self))
-        x = self._batch(idx)
+    def _sample(self, index: Any) -> Any:
+        return self.__getitems__([normalize_index(index, len(self))])[0]
+
+    def _batch(self, indices: Any) -> Any:
+        idx = as_index_array(indices, len(self))
+        x = self._x_batch(idx)
         return x if self._labels is None else (x, self._label_batch(idx))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
@@ -279,19 +236,7 @@ class H5SparseDataset(Dataset[Any]):
         x = torch.from_numpy(self._dense(idx))
         return split_samples(x, None if self._labels is None else self._label_batch(idx))
 
-    def close(self) -> None:
-        """Close this process's file handles (the next read reopens them)."""
-        for f in self._files:
-            for source in f.sources:
-                source.close()
-
-    def __enter__(self) -> H5SparseDataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _batch(self, idx: IndexArray) -> torch.Tensor:
+    def _x_batch(self, idx: IndexArray) -> torch.Tensor:
         if self.output == "dense":
             return torch.from_numpy(self._dense(idx))
         direct = self._entries_in_order(idx)
@@ -330,8 +275,8 @@ class H5SparseDataset(Dataset[Any]):
         index = csr_index_dtype(self.n_cols, nnz)
         if not np.can_cast(f.rows.indices.dtype, index):
             index = f.rows.indices.dtype  # checked as stored: a cast first could hide a bad one
-        cols = _batch_array(nnz, index)
-        data = _batch_array(nnz, self.dtype)
+        cols = self._batch_array(nnz, index)
+        data = self._batch_array(nnz, self.dtype)
         f.rows.read_into(rows, dst, cols, data)
         canonical = strictly_increasing_rows(cols, ordered)
         return RowEntries(ordered, cols, data, canonical, canonical)
@@ -342,9 +287,14 @@ class H5SparseDataset(Dataset[Any]):
         # single-cell batch is large (4,096 cells x 20,000 genes: 328 MB) and a copy costs
         slot = None
         if inverse is None or inverse.size == rows.lengths.size:  # repeats: to_dense copies
-            slot = ring_buffer((idx.size, self.n_cols), torch_dtype(self.dtype))
+            slot = self._output_buffer((idx.size, self.n_cols), self.dtype)
         out = None if slot is None else slot.numpy()
         return to_dense(rows, inverse, self.n_cols, self.dtype, out)
+
+    def _batch_array(self, n: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+        """An uninitialised array of a batch: in a worker, in a slot of its batch ring."""
+        slot = self._output_buffer((n,), dtype)
+        return np.empty(n, dtype) if slot is None else slot.numpy()
 
     def _entries(self, idx: IndexArray) -> tuple[RowEntries, IndexArray | None]:
         """Entries of the sorted, unique rows of ``idx`` and the map back to ``idx``.
@@ -390,12 +340,6 @@ class H5SparseDataset(Dataset[Any]):
             parts.append(f"label={self.label!r}")
         parts.append("open" if self.is_open else "closed")
         return f"H5SparseDataset({', '.join(parts)})"
-
-
-def _batch_array(n: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
-    """An uninitialised array of a batch: in a worker, in a slot of its batch ring."""
-    slot = ring_buffer((n,), torch_dtype(dtype)) if n else None
-    return np.empty(n, dtype) if slot is None else slot.numpy()
 
 
 def _value_dtype(dtype: Any) -> np.dtype[Any]:

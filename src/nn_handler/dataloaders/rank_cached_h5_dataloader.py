@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import get_worker_info
 
 from .._devices import check_device
-from .._io.file.options import FileOptions, LockingMode, resolve_file_options
+from .._io.file.options import FileOptions, LockingMode
 from .._io.file.source import H5Source
 from .._io.indices import as_index_array, is_scalar_index, normalize_index
 from .._validate import (
@@ -41,9 +41,9 @@ from .._validate import (
 )
 from ..distributed import World
 from . import _sharding
+from ._core import FileDataset
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
-from ._tensors.batch_ring import worker_batch
 from ._tensors.shared_memory import in_worker_process
 from ._tensors.split import restack, split_samples
 from .samplers import EpochShuffleSampler, ShardEpochSampler
@@ -67,7 +67,7 @@ __all__ = [
 Sample = torch.Tensor | tuple[Any, Any]
 
 
-class RankMemCachedH5Dataset(Dataset[Sample]):
+class RankMemCachedH5Dataset(FileDataset[Sample]):
     """This rank's shard of an HDF5 file, read into (optionally shared, pinned) RAM once.
 
     ``dataset[i]`` returns ``x`` or ``(x, y)`` from the cache (``0 <= i < len(dataset)``, this
@@ -190,7 +190,7 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         self.transform, self.target_transform = transform, target_transform
         self.log_fn = log_fn
         self.world = World.detect(rank=rank, world_size=world_size, log_fn=log_fn)
-        options = resolve_file_options(file_options, RankMemCachedH5Dataset.__init__, locals())
+        options = self._file_options(RankMemCachedH5Dataset.__init__, locals())
         if options.decoded_budget is None:  # the cache holds the rows: no whole decoded copy too
             options = dataclasses.replace(options, decoded_budget=0)
         source = H5Source(path, options)
@@ -388,14 +388,8 @@ class RankMemCachedH5Dataset(Dataset[Sample]):
         # batches are pinned by DataLoader(pin_memory=True) in the main process instead.
         return self.is_pinned and get_worker_info() is None
 
-    def close(self) -> None:
-        """Do nothing: the file was closed after the preload (kept for API parity)."""
-
-    def __enter__(self) -> RankMemCachedH5Dataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _sources(self) -> list[H5Source]:
+        return []  # the file was closed after the preload: ``close()`` has nothing to do
 
     # -- pickling (DataLoader workers) ---------------------------------------------------------
 
@@ -497,7 +491,7 @@ def _gather(
     # gathered straight into a slot of the worker's batch ring (or shared memory): the batch
     # leaves the worker without another copy, and a full /dev/shm is an error raised here
     # rather than a batch dropped (see new_shared)
-    return _select(cache, idx, worker_batch(shape, source.dtype))
+    return _select(cache, idx, FileDataset._output_buffer(shape, source.dtype, shared=True))
 
 
 # torch has no 1-d index_select kernel for uint16/32/64: gather their bits as the signed type

@@ -1,0 +1,87 @@
+"""FileDataset: a dataset's files, how they are opened and closed, and its output buffers."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..._io.file.options import FileOptions, resolve_file_options
+from ..._io.file.source import H5Source
+from .._tensors.batch_ring import ring_buffer, worker_batch
+from .._tensors.shared_memory import in_worker_process
+from .._tensors.tensors import torch_dtype
+
+__all__ = ["FileDataset"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class FileDataset(Dataset[T_co], ABC):
+    """A map-style dataset over HDF5 files opened lazily in each process that reads.
+
+    Subclasses write ``_sources()``; ``is_open``, ``close()`` and ``with dataset:`` follow.
+    A source reopens its file in a new process by itself (a DataLoader worker, a spawned
+    rank), so nothing here needs pickling hooks.
+    """
+
+    @abstractmethod
+    def _sources(self) -> Sequence[H5Source]:
+        """Every file this dataset reads, in order; the first one's options are the default."""
+
+    @staticmethod
+    def _file_options(constructor: Callable[..., Any], arguments: Mapping[str, Any]) -> FileOptions:
+        """The ``FileOptions`` of a constructor call: ``file_options=`` or the seeds' keywords.
+
+        Args:
+            constructor: The class's own ``__init__`` (its defaults, and its name in errors).
+            arguments: The call's ``locals()``, holding ``file_options`` and the keywords.
+
+        Raises:
+            TypeError: ``file_options`` is not a ``FileOptions``, or a keyword disagrees with it.
+        """
+        return resolve_file_options(arguments["file_options"], constructor, arguments)
+
+    @property
+    def is_open(self) -> bool:
+        """True when this process holds an open file handle."""
+        return any(source.is_open for source in self._sources())
+
+    def close(self) -> None:
+        """Close this process's file handles (the next read reopens them)."""
+        self._close_files()
+
+    def _close_files(self) -> None:
+        """Release this process's handles; override to release more (maps, pools) with them."""
+        for source in self._sources():
+            source.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _output_buffer(
+        shape: tuple[int, ...], dtype: np.dtype[Any], *, shared: bool = False
+    ) -> torch.Tensor | None:
+        """An uninitialised tensor for a batch to be read into, that leaves a worker uncopied.
+
+        In a DataLoader worker process: a free slot of the worker's batch ring; when none is
+        free, a fresh tensor in shared memory with ``shared=True``, else None. Outside worker
+        processes (the main process, worker threads): None; the caller reads into private
+        memory.
+
+        Raises:
+            MemoryError: ``shared=True`` and ``/dev/shm`` has no room for the batch.
+        """
+        if not in_worker_process():
+            return None
+        if shared:
+            return worker_batch(shape, dtype)
+        return ring_buffer(shape, torch_dtype(dtype))
