@@ -27,9 +27,9 @@ from .._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache, plan_read
 from .._io.rows.reader import RowReader
 from .._io.storage.remote.ranges import adjacent_chunks
 from .._validate import check_callable, check_key, numpy_dtype
+from ._read_batch import read_batch
 from ._tensors.columns import ENCODING_ARG, Column, label_map_from
 from ._tensors.split import restack, split_samples
-from ._tensors.worker_batches import read_batch
 
 __all__ = ["H5LazyDataset", "h5_worker_init_fn"]
 

@@ -39,10 +39,9 @@ from ._sparse.batch import (
 from ._sparse.columns import ColumnMap, check_columns_arg, column_map
 from ._sparse.files import CscMode, SparseFile, open_sparse_file
 from ._sparse.rows import CompressedRows
-from ._tensors.batch_ring import ring_buffer
 from ._tensors.columns import ENCODING_ARG
 from ._tensors.split import split_samples
-from ._tensors.tensors import torch_dtype
+from ._transport import in_worker_process, output_buffer
 
 __all__ = ["H5SparseDataset"]
 
@@ -341,8 +340,8 @@ class H5SparseDataset(Dataset[Any]):
         # in a worker process, scattered straight into a slot of its batch ring: a dense
         # single-cell batch is large (4,096 cells x 20,000 genes: 328 MB) and a copy costs
         slot = None
-        if inverse is None or inverse.size == rows.lengths.size:  # repeats: to_dense copies
-            slot = ring_buffer((idx.size, self.n_cols), torch_dtype(self.dtype))
+        if in_worker_process() and (inverse is None or inverse.size == rows.lengths.size):
+            slot = output_buffer((idx.size, self.n_cols), self.dtype)  # repeats: to_dense copies
         out = None if slot is None else slot.numpy()
         return to_dense(rows, inverse, self.n_cols, self.dtype, out)
 
@@ -394,8 +393,7 @@ class H5SparseDataset(Dataset[Any]):
 
 def _batch_array(n: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     """An uninitialised array of a batch: in a worker, in a slot of its batch ring."""
-    slot = ring_buffer((n,), torch_dtype(dtype)) if n else None
-    return np.empty(n, dtype) if slot is None else slot.numpy()
+    return output_buffer((n,), dtype).numpy()
 
 
 def _value_dtype(dtype: Any) -> np.dtype[Any]:

@@ -2,10 +2,10 @@
 
 A tensor that leaves a worker process is moved into shared memory by torch when it is pickled:
 a fresh segment, and a copy of the whole batch into it. ``read_batch`` reads (or casts) the
-rows straight into a slot of the worker's batch ring (``batch_ring``; a fresh shared-memory
-tensor when no slot is free), so the batch crosses the process boundary without that copy:
-only the slot's number travels. Outside worker processes (the main
-process, or worker threads) it is a plain read into private memory.
+rows straight into the transport's ``output_buffer`` (a slot of the worker's batch ring, or a
+fresh shared-memory tensor when no slot is free), so the batch crosses the process boundary
+without that copy: only the slot's number travels. Outside worker processes (the main process,
+or worker threads) it is a plain read into private memory.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io.indices import as_index_array
-from ..._io.rows.fields import Reader
-from .batch_ring import worker_batch
-from .shared_memory import in_worker_process
-from .tensors import to_tensor
+from .._io.indices import as_index_array
+from .._io.rows.fields import Reader
+from ._tensors.tensors import to_tensor
+from ._transport import in_worker_process, output_buffer
 
 __all__ = ["read_batch"]
 
@@ -36,7 +35,7 @@ def read_batch(reader: Reader, indices: Any, dtype: np.dtype[Any] | None) -> tor
     if not in_worker_process() or not final.isnative or final.kind not in "biuf":
         return to_tensor(reader.read(indices), dtype)
     idx = as_index_array(indices, reader.length)
-    batch = worker_batch((idx.size, *reader.row_shape), final)
+    batch = output_buffer((idx.size, *reader.row_shape), final)
     out = batch.numpy()
     if final == reader.dtype:
         reader.read(idx, out=out)
