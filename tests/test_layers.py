@@ -9,17 +9,22 @@
 * A private package is imported only inside the package that holds it (``_io`` sits at the
   package root, so the datasets and the tools alike may stand on it).
 * ``_tensors`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
+* ``_transport`` (how batches reach the training loop: worker processes' rings, shared and
+  pinned memory, queues, worker iterator, start method, worker threads) stands on ``_io`` and
+  ``_tensors`` alone, and is reached through its interface (``_transport/__init__``) only: no
+  module outside it imports a module inside it.
 * Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
   only remembers which live datasets are rank shards).
 * Training frameworks are named in code in two places only: ``integrations`` (the adapters,
   each importing its framework) and ``samplers.frameworks`` (who splits a sampler's order besides
   the sampler, found without importing the framework); the samplers ask it, never a framework.
 * Each dataset's internals (``_combined``, ``_per_sample``, ``_rank_cache``, ``_sparse``) stand
-  on ``_io`` and ``_tensors`` alone, never on another dataset's internals or on a public
-  module above them.
+  on ``_io``, ``_tensors`` and the transport's interface alone, never on another dataset's
+  internals or on a public module above them.
 * The dataset core (``_core``: file options, sources, chunk caches, windows, read-ahead, output
-  buffers) stands on ``_io``, ``_tensors`` and ``_protocols`` alone: no dataset, loader or
-  sampler. Every public dataset module (one that opens files with ``FileOptions``) builds on it.
+  buffers) stands on ``_io``, ``_tensors``, ``_protocols`` and the transport's interface alone:
+  no dataset, loader or sampler. Every public dataset module (one that opens files with
+  ``FileOptions``) builds on it.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
 * No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
@@ -54,6 +59,7 @@ IO = "nn_handler._io"
 STORAGE = "nn_handler._io.storage"
 TENSORS = "nn_handler.dataloaders._tensors"
 CORE = "nn_handler.dataloaders._core"
+TRANSPORT = "nn_handler.dataloaders._transport"
 
 
 def _module_name(path: Path) -> str:
@@ -202,6 +208,29 @@ def test_tensors_stand_on_io_only():
     assert {m: bad for m, bad in offenders.items() if bad} == {}
 
 
+def test_transport_stands_on_io_and_tensors_only():
+    allowed = (TRANSPORT, TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, *allowed))
+        for m, imports in GRAPH.items()
+        if _within(m, TRANSPORT)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert f"{TRANSPORT}.ring" in GRAPH
+
+
+def test_the_transport_is_reached_through_its_interface_only():
+    offenders = sorted(
+        f"{m} -> {i}"
+        for m, imports in GRAPH.items()
+        if not _within(m, TRANSPORT)
+        for i in imports
+        if _within(i, TRANSPORT) and i != TRANSPORT
+    )
+    assert offenders == []
+    assert any(TRANSPORT in imports for m, imports in GRAPH.items() if not _within(m, TRANSPORT))
+
+
 def test_samplers_read_no_files():
     allowed = (
         "nn_handler._validate",
@@ -263,6 +292,7 @@ def test_dataset_internals_stand_on_io_only(internals):
         package,
         IO,
         TENSORS,
+        TRANSPORT,  # the interface only (test_the_transport_is_reached_through_its_interface_only)
         "nn_handler._host",
         "nn_handler._validate",
         "nn_handler.distributed",
@@ -276,8 +306,15 @@ def test_dataset_internals_stand_on_io_only(internals):
     assert {m: bad for m, bad in offenders.items() if bad} == {}
 
 
-def test_the_dataset_core_stands_on_io_and_tensors_only():
-    allowed = (CORE, IO, TENSORS, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+def test_the_dataset_core_stands_on_io_tensors_and_the_transport_interface():
+    allowed = (
+        CORE,
+        IO,
+        TENSORS,
+        TRANSPORT,
+        "nn_handler._validate",
+        "nn_handler.dataloaders._protocols",
+    )
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()

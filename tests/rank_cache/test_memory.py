@@ -6,7 +6,7 @@ import torch
 
 from nn_handler._validate import format_bytes
 from nn_handler.dataloaders._rank_cache import memory as _memory
-from nn_handler.dataloaders._tensors import pinned as _pinned
+from nn_handler.dataloaders._transport import pinned as _pinned
 
 MiB = 1024**2
 GiB = 1024**3

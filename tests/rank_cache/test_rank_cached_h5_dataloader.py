@@ -11,7 +11,7 @@ from nn_handler import World
 from nn_handler.dataloaders import batched_loader
 from nn_handler.dataloaders._rank_cache import memory as _memory
 from nn_handler.dataloaders._rank_cache import shard_cache as _shard_cache
-from nn_handler.dataloaders._tensors import pinned as _pinned
+from nn_handler.dataloaders._transport import pinned as _pinned
 from nn_handler.dataloaders.rank_cached_h5_dataloader import (
     EpochShuffleSampler,
     RankMemCachedH5Dataset,

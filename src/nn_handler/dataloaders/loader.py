@@ -39,9 +39,6 @@ from .._validate import (
     usable_cores,
 )
 from . import _sharding
-from ._feed.readahead import ReadaheadSampler
-from ._feed.start_method import SafeStartDataLoader
-from ._feed.threads import ThreadedDataLoader
 from ._protocols import (
     ChunkAware,
     ChunkWindowed,
@@ -54,8 +51,15 @@ from ._protocols import (
     set_epoch_once,
     splits_across_ranks,
 )
-from ._tensors.batch_ring import RING_SLOTS, pack_batch, set_ring_slots
-from ._tensors.shared_memory import in_worker_process
+from ._transport import (
+    RING_SLOTS,
+    ReadaheadSampler,
+    SafeStartDataLoader,
+    ThreadedDataLoader,
+    in_worker_process,
+    pack_batch,
+    set_ring_slots,
+)
 from .samplers import EpochShuffleSampler
 
 __all__ = [

@@ -44,8 +44,8 @@ from . import _sharding
 from ._core import FileDataset
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
-from ._tensors.shared_memory import in_worker_process
 from ._tensors.split import restack, split_samples
+from ._transport import in_worker_process
 from .samplers import EpochShuffleSampler, ShardEpochSampler
 from .samplers.shards import (
     EQUAL_STEPS,
@@ -491,7 +491,7 @@ def _gather(
     # gathered straight into a slot of the worker's batch ring (or shared memory): the batch
     # leaves the worker without another copy, and a full /dev/shm is an error raised here
     # rather than a batch dropped (see new_shared)
-    return _select(cache, idx, FileDataset._output_buffer(shape, source.dtype, shared=True))
+    return _select(cache, idx, FileDataset._output_buffer(shape, source.dtype))
 
 
 # torch has no 1-d index_select kernel for uint16/32/64: gather their bits as the signed type

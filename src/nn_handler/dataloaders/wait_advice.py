@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from .._validate import usable_cores
-from ._feed.threads import ThreadedDataLoader
 from ._protocols import ExplainsWaits, Shuffles, WrapsSampler
+from ._transport import ThreadedDataLoader
 from .chunk_sampler import ChunkShuffleSampler
 from .loader import BatchedDataset
 from .prefetch import DevicePrefetcher

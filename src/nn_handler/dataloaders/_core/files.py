@@ -12,9 +12,7 @@ from torch.utils.data import Dataset
 
 from ..._io.file.options import FileOptions, resolve_file_options
 from ..._io.file.source import H5Source
-from .._tensors.batch_ring import ring_buffer, worker_batch
-from .._tensors.shared_memory import in_worker_process
-from .._tensors.tensors import torch_dtype
+from .._transport import in_worker_process, output_buffer
 
 __all__ = ["FileDataset"]
 
@@ -67,21 +65,14 @@ class FileDataset(Dataset[T_co], ABC):
         self.close()
 
     @staticmethod
-    def _output_buffer(
-        shape: tuple[int, ...], dtype: np.dtype[Any], *, shared: bool = False
-    ) -> torch.Tensor | None:
+    def _output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor | None:
         """An uninitialised tensor for a batch to be read into, that leaves a worker uncopied.
 
-        In a DataLoader worker process: a free slot of the worker's batch ring; when none is
-        free, a fresh tensor in shared memory with ``shared=True``, else None. Outside worker
-        processes (the main process, worker threads): None; the caller reads into private
-        memory.
+        In a DataLoader worker process: the transport's ``output_buffer`` (a free slot of the
+        worker's batch ring, else a fresh tensor in shared memory). Outside worker processes
+        (the main process, worker threads): None; the caller reads into private memory.
 
         Raises:
-            MemoryError: ``shared=True`` and ``/dev/shm`` has no room for the batch.
+            MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
         """
-        if not in_worker_process():
-            return None
-        if shared:
-            return worker_batch(shape, dtype)
-        return ring_buffer(shape, torch_dtype(dtype))
+        return output_buffer(shape, dtype) if in_worker_process() else None

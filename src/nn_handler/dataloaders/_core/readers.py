@@ -13,8 +13,8 @@ from ..._io.indices import as_index_array
 from ..._io.rows.fields import Reader
 from ..._io.rows.reader import RowReader
 from ..._io.storage.remote.ranges import adjacent_chunks
-from .._tensors.shared_memory import in_worker_process
 from .._tensors.tensors import to_tensor
+from .._transport import in_worker_process
 from .chunks import ChunkedDataset, ChunkParts
 
 __all__ = ["RowReaderDataset"]
@@ -105,7 +105,7 @@ class RowReaderDataset(ChunkedDataset[T_co]):
         final = reader.dtype if cast is None else cast
         if in_worker_process() and final.isnative and final.kind in "biuf":
             idx = as_index_array(indices, reader.length)
-            batch = self._output_buffer((idx.size, *reader.row_shape), final, shared=True)
+            batch = self._output_buffer((idx.size, *reader.row_shape), final)
             if batch is not None:
                 out = batch.numpy()
                 if final == reader.dtype:

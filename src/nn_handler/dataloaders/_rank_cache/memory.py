@@ -16,9 +16,8 @@ import torch
 
 from ..._host import MEMINFO, available_ram_bytes
 from ..._validate import format_bytes
-from .._tensors.pinned import log_once, pin_in_place
-from .._tensors.shared_memory import SHM_PATH, shm_space
 from .._tensors.tensors import torch_dtype
+from .._transport import SHM_PATH, log_once, pin_in_place, shm_space
 
 __all__ = [
     "SHM_PATH",

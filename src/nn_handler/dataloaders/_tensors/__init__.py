@@ -1,4 +1,4 @@
-"""Rows → samples: tensors, columns of any key, stacked batches, batches built in workers.
+"""Rows → samples: tensors, columns of any key, stacked batches.
 
 ``split`` is the one way between a stacked batch and its samples, for every dataset.
 

@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..._validate import format_bytes
-from .tensors import torch_dtype
+from .._tensors.tensors import torch_dtype
 
 __all__ = ["SHM_PATH", "in_worker_process", "new_shared", "share_batch", "shm_space"]
 

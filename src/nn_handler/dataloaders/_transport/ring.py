@@ -1,4 +1,4 @@
-"""Batch rings: a worker process hands each batch to the main process as a slot number.
+"""Batch rings: a worker process hands each batch's tensors to the main process as slot numbers.
 
 A tensor that leaves a DataLoader worker process normally travels as a fresh shared-memory
 segment: the worker creates it and page-faults it in, its descriptor crosses through a socket,
@@ -12,6 +12,10 @@ tensor into a free slot; the first batch from a ring carries the ring itself (on
 every later one only ``(ring, slot, offset, dtype, shape, strides)``. The main process keeps the
 rings it received mapped, and rebuilds each tensor as a view of its slot: no copy, no new
 mapping, no page fault.
+
+This module knows bytes in slots only: a dense tensor placed (``SlotWriter``) and viewed again
+(``SlotReader``). Which tensors of a batch travel in slots, and how a tensor of another layout is
+taken apart into dense parts and put together again, is the registered kinds' (``kinds``).
 
 A slot belongs to the main process from the moment its batch is sent until the last tensor
 viewing it is freed there (a ``weakref.finalize`` on the slot's array, which every view keeps
@@ -35,7 +39,6 @@ import logging
 import os
 import secrets
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -46,17 +49,17 @@ from torch.utils.data import get_worker_info
 
 from ..._io.process import PerProcess, process_alive
 from .pinned import pin_in_place
-from .shared_memory import in_worker_process, new_shared, share_batch, shm_space
-from .structure import move
-from .tensors import torch_dtype
+from .shared_memory import in_worker_process, new_shared, shm_space
 
 __all__ = [
     "RING_SLOTS",
-    "pack_batch",
+    "Announcement",
+    "SlotReader",
+    "SlotRef",
+    "SlotWriter",
     "ring_buffer",
     "rings_received",
     "set_ring_slots",
-    "worker_batch",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -222,23 +225,10 @@ def _take(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[_Lease, torch.Ten
 
 
 # a ring's first batch carries the ring: (key, worker pid, ring tensor, slot bytes, slots)
-_Announcement = tuple[str, int, torch.Tensor, int, int]
+Announcement = tuple[str, int, torch.Tensor, int, int]
 
 
-def worker_batch(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
-    """An uninitialised batch tensor for a worker process to send: a ring slot when one is free.
-
-    Otherwise (no free slot, no room for a ring, outside worker processes) a fresh tensor in
-    shared memory, as ``default_collate`` allocates the batches it stacks in workers.
-
-    Raises:
-        MemoryError: ``/dev/shm`` has no room for a fresh tensor either.
-    """
-    found = ring_buffer(shape, torch_dtype(dtype))
-    return new_shared(shape, dtype) if found is None else found
-
-
-class _SlotRef(NamedTuple):
+class SlotRef(NamedTuple):
     """Where one tensor of a batch lies: its ring, slot, byte offset, dtype, shape and strides.
 
     A named tuple: it pickles as a tuple (a dataclass' state costs the main process ~20 us a
@@ -253,132 +243,49 @@ class _SlotRef(NamedTuple):
     stride: tuple[int, ...]
 
 
-class _CsrRef(NamedTuple):
-    """A sparse CSR tensor whose three parts lie in ring slots; rebuilt in the main process."""
-
-    crow: _SlotRef
-    col: _SlotRef
-    values: _SlotRef
-    size: tuple[int, ...]
-
-
-_REFS = (_SlotRef, _CsrRef)
-
-
-class _CsrParts(NamedTuple):
-    """A sparse CSR tensor sent in fresh segments, as its three parts: rebuilt by us, not by torch.
-
-    torch rebuilds a CSR tensor it receives without its invariant checks and warns about that
-    ("Sparse invariant checks are implicitly disabled") in the user's loop; the parts are made
-    by ``H5SparseDataset`` valid, so the main process builds the tensor itself, unchecked.
-    """
-
-    crow: torch.Tensor
-    col: torch.Tensor
-    values: torch.Tensor
-    size: tuple[int, ...]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _csr_from_parts, tuple(self)
-
-
-def _csr_from_parts(
-    crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tuple[int, ...]
-) -> torch.Tensor:
-    with warnings.catch_warnings():  # torch says once per process that sparse CSR is "beta"
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
-
-
-class _SlotBatch:
-    """A batch packed in a worker: unpickles, in the main process, as the batch itself."""
-
-    def __init__(self, announced: list[_Announcement], packed: Any):
-        self.announced = announced
-        self.packed = packed
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _unpack, (self.announced, self.packed)
-
-
-def pack_batch(batch: Any) -> Any:
-    """In a worker process, the batch with its tensors moved into ring slots, ready to send.
-
-    Tensors already in a slot (read there by ``ring_buffer``) stay where they are; other dense
-    CPU tensors are copied into a free slot; whatever does not fit a slot (sparse tensors, a
-    ring with no free slot) is moved into a fresh shared-memory segment. Outside
-    worker processes ``batch`` is returned as it is.
-
-    Raises:
-        MemoryError: a tensor going into a fresh segment finds ``/dev/shm`` full.
-    """
-    if not in_worker_process():
-        return batch
-    rings = _worker_rings.get()
-    announced: list[_Announcement] = []
-    refs: list[_SlotRef] = []
-    packed = move(batch, lambda t: _to_slot(rings, t, announced, refs))
-    if not refs:
-        return share_batch(packed)
-    return _SlotBatch(announced, share_batch(packed))
-
-
 _Placed = tuple[_Lease, int, torch.Tensor]  # a tensor in a slot: lease, byte offset, tensor
 
 
-def _to_slot(
-    rings: _WorkerRings,
-    tensor: torch.Tensor,
-    announced: list[_Announcement],
-    refs: list[_SlotRef],
-) -> Any:
-    if tensor.device.type == "cpu" and tensor.layout == torch.sparse_csr:
-        return _csr_to_slots(rings, tensor, announced, refs)
-    placed = _place(rings, tensor)
-    return tensor if placed is None else _send(placed, announced, refs)
+class SlotWriter:
+    """One batch being packed in a worker: places dense tensors in slots and sends them.
 
-
-def _place(rings: _WorkerRings, tensor: torch.Tensor) -> _Placed | None:
-    """``tensor`` in a slot (where it was read, or copied there), not yet sent; None: no slot."""
-    if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.numel() == 0:
-        return None
-    found = rings.find(tensor)
-    if found is not None:
-        return found[0], found[1], tensor
-    copied = _copy_into_slot(tensor)
-    return None if copied is None else (copied[0], 0, copied[1])
-
-
-def _send(placed: _Placed, announced: list[_Announcement], refs: list[_SlotRef]) -> _SlotRef:
-    """The reference that sends a placed tensor; its slot is the main process's from here on."""
-    lease, offset, tensor = placed
-    ring = lease.ring
-    lease.sent = True  # from here on the main process frees the slot
-    if not ring.announced:
-        ring.announced = True
-        announced.append((ring.key, os.getpid(), ring.tensor, ring.slot_nbytes, ring.slots))
-    ref = _SlotRef(ring.key, lease.slot, offset, tensor.dtype, tuple(tensor.shape), tensor.stride())
-    refs.append(ref)
-    return ref
-
-
-def _csr_to_slots(
-    rings: _WorkerRings,
-    tensor: torch.Tensor,
-    announced: list[_Announcement],
-    refs: list[_SlotRef],
-) -> Any:
-    """A CSR tensor's three parts in slots (sparse single-cell batches), or in fresh segments.
-
-    Where a part finds no slot (a short last batch, no ring left), each part is moved into
-    a fresh shared-memory segment, and ``_CsrParts`` has the main process rebuild the tensor.
+    ``announced`` lists the rings the main process first hears of with this batch; ``sent`` is
+    true once any tensor of the batch travels in a slot.
     """
-    parts = [tensor.crow_indices(), tensor.col_indices(), tensor.values()]
-    placed = [_place(rings, part) for part in parts]
-    if any(p is None for p in placed):  # the parts placed are dropped unsent: slots free again
-        return _CsrParts(parts[0], parts[1], parts[2], tuple(tensor.shape))
-    crow, col, values = (_send(p, announced, refs) for p in placed if p is not None)
-    return _CsrRef(crow, col, values, tuple(tensor.shape))
+
+    def __init__(self) -> None:
+        self.rings = _worker_rings.get()
+        self.announced: list[Announcement] = []
+        self.sent = False
+
+    def place(self, tensor: torch.Tensor) -> _Placed | None:
+        """``tensor`` in a slot (where it was read, or copied there), not yet sent; None: no slot.
+
+        Only dense CPU tensors with elements are placed. A placed tensor that is never sent
+        frees its slot when the worker drops it.
+        """
+        if tensor.device.type != "cpu" or tensor.layout != torch.strided or tensor.numel() == 0:
+            return None
+        found = self.rings.find(tensor)
+        if found is not None:
+            return found[0], found[1], tensor
+        copied = _copy_into_slot(tensor)
+        return None if copied is None else (copied[0], 0, copied[1])
+
+    def send(self, placed: _Placed) -> SlotRef:
+        """The reference that sends a placed tensor; its slot is the main process's from here."""
+        lease, offset, tensor = placed
+        ring = lease.ring
+        lease.sent = True  # from here on the main process frees the slot
+        if not ring.announced:
+            ring.announced = True
+            self.announced.append(
+                (ring.key, os.getpid(), ring.tensor, ring.slot_nbytes, ring.slots)
+            )
+        self.sent = True
+        return SlotRef(
+            ring.key, lease.slot, offset, tensor.dtype, tuple(tensor.shape), tensor.stride()
+        )
 
 
 def _copy_into_slot(tensor: torch.Tensor) -> tuple[_Lease, torch.Tensor] | None:
@@ -426,19 +333,41 @@ def _free_slot(states: np.ndarray[Any, Any], slot: int) -> None:
     states[slot] = _FREE  # the last view of the slot is gone: the worker may write it again
 
 
-def _unpack(announced: list[_Announcement], packed: Any) -> Any:
-    rings = _received.get()
-    for key, pid, tensor, slot_nbytes, slots in announced:
-        _register(rings, key, _MainRing(tensor, slot_nbytes, slots, pid))
-    bases: dict[tuple[str, int], torch.Tensor] = {}
-    return move(packed, lambda ref: _rebuild(ref, rings, bases), _REFS)
+class SlotReader:
+    """One batch being received in the main process: views of its slots.
 
+    Args:
+        announced: The rings the batch announces (kept from now on, beside those received
+            before).
+    """
 
-def _rebuild(ref: Any, rings: dict[str, _MainRing], bases: dict[tuple[str, int], Any]) -> Any:
-    if isinstance(ref, _SlotRef):
-        return _view(ref, rings, bases)
-    crow, col, values = (_view(part, rings, bases) for part in ref[:3])
-    return _csr_from_parts(crow, col, values, ref.size)
+    def __init__(self, announced: list[Announcement]) -> None:
+        self.rings = _received.get()
+        for key, pid, tensor, slot_nbytes, slots in announced:
+            _register(self.rings, key, _MainRing(tensor, slot_nbytes, slots, pid))
+        self.bases: dict[tuple[str, int], torch.Tensor] = {}
+
+    def view(self, ref: SlotRef) -> torch.Tensor:
+        """The tensor ``ref`` names, as a view of its slot; the slot is freed with its last view.
+
+        Raises:
+            RuntimeError: ``ref`` names a ring this process never received.
+        """
+        ring = self.rings.get(ref.ring)
+        if ring is None:
+            raise RuntimeError(
+                f"a DataLoader worker sent a batch in ring {ref.ring!r}, which this process "
+                "never received; batches from worker processes must be unpickled in the process "
+                "that started the workers, in the order they were sent"
+            )
+        base = self.bases.get((ref.ring, ref.slot))
+        if base is None:
+            start = _HEADER + ref.slot * ring.slot_nbytes
+            array = ring.array[start : start + ring.slot_nbytes]
+            weakref.finalize(array, _free_slot, ring.states, ref.slot)
+            base = self.bases[(ref.ring, ref.slot)] = torch.from_numpy(array)
+        typed = base.view(ref.dtype)
+        return typed.as_strided(ref.size, ref.stride, ref.offset // ref.dtype.itemsize)
 
 
 def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
@@ -448,21 +377,3 @@ def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
     rings[key] = ring
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         pin_in_place(ring.tensor, _LOG.debug)  # copies from its slots to the GPU are then DMA
-
-
-def _view(ref: _SlotRef, rings: dict[str, _MainRing], bases: dict[tuple[str, int], Any]) -> Any:
-    ring = rings.get(ref.ring)
-    if ring is None:
-        raise RuntimeError(
-            f"a DataLoader worker sent a batch in ring {ref.ring!r}, which this process never "
-            "received; batches from worker processes must be unpickled in the process that "
-            "started the workers, in the order they were sent"
-        )
-    base = bases.get((ref.ring, ref.slot))
-    if base is None:
-        start = _HEADER + ref.slot * ring.slot_nbytes
-        array = ring.array[start : start + ring.slot_nbytes]
-        weakref.finalize(array, _free_slot, ring.states, ref.slot)
-        base = bases[(ref.ring, ref.slot)] = torch.from_numpy(array)
-    typed = base.view(ref.dtype)
-    return typed.as_strided(ref.size, ref.stride, ref.offset // ref.dtype.itemsize)

@@ -11,7 +11,7 @@ from nn_handler.dataloaders import (
     H5LazyDataset,
     batched_loader,
 )
-from nn_handler.dataloaders._feed.threads import ThreadedDataLoader
+from nn_handler.dataloaders._transport.threads import ThreadedDataLoader
 
 from helpers.files import h5_rows, images
 

@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
-from nn_handler.dataloaders._feed import worker_iter
-from nn_handler.dataloaders._feed.worker_queues import DirectQueue
+from nn_handler.dataloaders._transport import worker_iter
+from nn_handler.dataloaders._transport.worker_queues import DirectQueue
 
 ROWS = 40_000  # above torch's 32,768-element grain: randperm fills its range in parallel
 

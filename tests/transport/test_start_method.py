@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
-from nn_handler.dataloaders._feed import start_method
-from nn_handler.dataloaders._feed.start_method import other_threads, worker_context
+from nn_handler.dataloaders._transport import start_method
+from nn_handler.dataloaders._transport.start_method import other_threads, worker_context
 
 from helpers.files import h5_rows, images
 

@@ -1,4 +1,4 @@
-"""_tensors/shared_memory: batches leave a worker process already in shared memory, and a full
+"""_transport/shared_memory: batches leave a worker process already in shared memory, and a full
 /dev/shm is a MemoryError in words (once, the batch was dropped and the loader hung)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from nn_handler.dataloaders._tensors import shared_memory
-from nn_handler.dataloaders._tensors.shared_memory import SHM_PATH, new_shared, share_batch
+from nn_handler.dataloaders._transport import shared_memory
+from nn_handler.dataloaders._transport.shared_memory import SHM_PATH, new_shared, share_batch
 
 FULL = "unable to allocate shared memory(shm) for file </torch_1_2_3>: No space left on device (28)"
 

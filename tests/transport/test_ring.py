@@ -1,4 +1,5 @@
-"""_tensors/batch_ring: worker batches cross to the main process as slot numbers.
+"""_transport/ring (with pack and receive): worker batches cross to the main process as slot
+numbers.
 
 The same bytes as a direct h5py read with 0 or N worker processes under every start method; a
 batch the user keeps is never overwritten; slots come back when the batch is freed; a ring that
@@ -11,7 +12,6 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import pickle
-import warnings
 from collections import namedtuple
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -23,13 +23,9 @@ import torch
 from torch.utils.data import Dataset
 
 from nn_handler.dataloaders import H5LazyDataset, batched_loader
-from nn_handler.dataloaders._tensors import batch_ring, shared_memory
-from nn_handler.dataloaders._tensors.batch_ring import (
-    pack_batch,
-    ring_buffer,
-    rings_received,
-    worker_batch,
-)
+from nn_handler.dataloaders._transport import pack_batch, ring
+from nn_handler.dataloaders._transport.receive import _unpack
+from nn_handler.dataloaders._transport.ring import ring_buffer, rings_received
 
 from helpers.files import images
 
@@ -42,22 +38,13 @@ def path(make_h5):
     return make_h5({"x": images(N), "y": np.arange(N) * 7})
 
 
-@pytest.fixture
-def in_worker(monkeypatch):
-    """This process plays a worker (its rings) and the main process (what it receives)."""
-    monkeypatch.setattr(batch_ring, "in_worker_process", lambda: True)
-    monkeypatch.setattr(shared_memory, "in_worker_process", lambda: True)
-    monkeypatch.setattr(batch_ring, "_worker_rings", batch_ring.PerProcess(batch_ring._WorkerRings))
-    monkeypatch.setattr(batch_ring, "_received", batch_ring.PerProcess(dict))
-
-
 def _send(batch: Any) -> Any:
     """What the main process gets from a worker's queue for ``batch`` (same pickler)."""
     return pickle.loads(ForkingPickler.dumps(pack_batch(batch)))
 
 
 def _states() -> list[int]:
-    return [int(s) for ring in batch_ring._worker_rings.get().rings for s in ring.states]
+    return [int(s) for r in ring._worker_rings.get().rings for s in r.states]
 
 
 def _order(n: int, seed: int = 3) -> list[int]:
@@ -94,17 +81,17 @@ def test_a_slot_batch_arrives_as_the_same_tensors_and_frees_its_slot(in_worker):
     assert rings_received() == 2  # one ring per batch size, each announced with its batch
     assert torch.equal(got[0], torch.arange(3072.0).reshape(1024, 3))
     assert got[1].tolist() == [5, 6, 7, 8]
-    assert _states().count(batch_ring._BUSY) == 2
+    assert _states().count(ring._BUSY) == 2
     del x, y
     gc.collect()
-    assert _states().count(batch_ring._BUSY) == 2  # the main process still holds them
+    assert _states().count(ring._BUSY) == 2  # the main process still holds them
     view = got[0][1:]  # a view keeps its slot
     del got
     gc.collect()
-    assert _states().count(batch_ring._BUSY) == 1
+    assert _states().count(ring._BUSY) == 1
     del view
     gc.collect()
-    assert _states().count(batch_ring._BUSY) == 0
+    assert _states().count(ring._BUSY) == 0
 
 
 # torch's own warning when it rebuilds any sparse tensor received from another process
@@ -129,63 +116,24 @@ def test_structures_views_and_dtypes_survive(in_worker):
     assert torch.equal(got["sparse"].to_dense(), torch.eye(3))
 
 
-def _csr(rows: int, cols: int, seed: int) -> torch.Tensor:
-    dense = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed))
-    with warnings.catch_warnings():  # torch's "beta" notice, once per process
-        warnings.simplefilter("ignore", UserWarning)
-        return (dense * (dense > 0.7)).to_sparse_csr()
-
-
-def test_a_csr_batch_travels_in_slots_without_torchs_warning(in_worker):
-    # pytest turns warnings into errors: torch's "invariant checks are implicitly disabled",
-    # given when it rebuilds a sparse tensor sent the old way, fails this test
-    for i in range(8):  # every batch holds a few more entries than the one before
-        sent = _csr(16 + i, 2000, seed=i)
-        packed = pack_batch((sent, torch.arange(3)))
-        assert isinstance(packed, batch_ring._SlotBatch)
-        csr, labels = pickle.loads(ForkingPickler.dumps(packed))
-        assert csr.layout == torch.sparse_csr and csr.shape == sent.shape
-        assert torch.equal(csr.to_dense(), sent.to_dense()) and labels.tolist() == [0, 1, 2]
-        del packed, csr, labels
-        gc.collect()
-        assert _states().count(batch_ring._BUSY) == 0  # all four parts freed
-    # crow and labels, cols, values; a bigger batch than the first makes a ring with room
-    assert len(batch_ring._worker_rings.get().rings) <= 5
-
-
-def test_a_csr_batch_without_slots_for_every_part_goes_the_old_way(in_worker, monkeypatch):
-    # without torch's warning either (pytest makes it an error): we rebuild it, not torch
-    monkeypatch.setattr(batch_ring, "_MAX_RINGS", 1)  # crow gets a ring; cols, values none
-    sent = _csr(64, 400, seed=7)
-    packed = pack_batch((sent,))
-    assert not isinstance(packed, batch_ring._SlotBatch)  # nothing went in a slot
-    got = pickle.loads(ForkingPickler.dumps(packed))[0]
-    assert got.layout == torch.sparse_csr and got.shape == sent.shape
-    assert torch.equal(got.to_dense(), sent.to_dense())
-    gc.collect()
-    assert _states().count(batch_ring._BUSY) == 0  # the parts placed were never sent: freed
-
-
 def test_a_slot_read_but_not_sent_comes_back(in_worker):
     x = ring_buffer((8,), torch.int64)
-    assert x is not None and _states().count(batch_ring._BUSY) == 1
+    assert x is not None and _states().count(ring._BUSY) == 1
     del x
     gc.collect()
-    assert _states().count(batch_ring._BUSY) == 0
+    assert _states().count(ring._BUSY) == 0
 
 
 def test_when_every_slot_is_held_the_batch_goes_the_old_way(in_worker):
-    kept = [_send((torch.full((64,), float(i)),)) for i in range(batch_ring.RING_SLOTS + 3)]
-    assert [float(b[0][0]) for b in kept] == [float(i) for i in range(batch_ring.RING_SLOTS + 3)]
-    assert all(int(s) == batch_ring._BUSY for s in _states())
-    assert len(_states()) == batch_ring.RING_SLOTS  # no second ring of the same size
+    kept = [_send((torch.full((64,), float(i)),)) for i in range(ring.RING_SLOTS + 3)]
+    assert [float(b[0][0]) for b in kept] == [float(i) for i in range(ring.RING_SLOTS + 3)]
+    assert all(int(s) == ring._BUSY for s in _states())
+    assert len(_states()) == ring.RING_SLOTS  # no second ring of the same size
 
 
 def test_no_ring_where_dev_shm_has_no_room(in_worker, monkeypatch):
-    monkeypatch.setattr(batch_ring, "shm_space", lambda: (1 << 20, 64 << 20))
+    monkeypatch.setattr(ring, "shm_space", lambda: (1 << 20, 64 << 20))
     assert ring_buffer((1 << 20,), torch.uint8) is None  # two 1 MiB slots need > half of 1 MiB
-    tensor = worker_batch((1 << 18,), np.dtype(np.float32))
-    assert tensor.is_shared() and tensor.shape == (1 << 18,)
     assert ring_buffer((16,), torch.uint8) is not None  # small batches still get a ring
 
 
@@ -195,9 +143,9 @@ def test_outside_workers_nothing_is_packed():
 
 
 def test_an_unknown_ring_is_an_error_in_words(in_worker):
-    ref = batch_ring._SlotRef("nope", 0, 0, torch.float32, (2,), (1,))
+    ref = ring.SlotRef("nope", 0, 0, torch.float32, (2,), (1,))
     with pytest.raises(RuntimeError, match="ring 'nope'"):
-        batch_ring._unpack([], (ref,))
+        _unpack([], (ref,))
 
 
 # ---- across processes --------------------------------------------------------------------
@@ -290,7 +238,7 @@ def test_a_slot_the_worker_still_views_is_not_reused(in_worker):
     got = _send((kept,))
     del got
     gc.collect()  # the main process is done with it: free there, but the worker still views it
-    for i in range(batch_ring.RING_SLOTS * 2):
+    for i in range(ring.RING_SLOTS * 2):
         other = _send((torch.full((64,), float(i)),))
         assert float(other[0][0]) == float(i)
         assert torch.equal(kept, torch.full((64,), 7.0))  # never written under the worker

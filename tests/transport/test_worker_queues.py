@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler.dataloaders._feed.worker_queues import DirectQueue, direct_context
+from nn_handler.dataloaders._transport.worker_queues import DirectQueue, direct_context
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="direct writes are Linux only"

@@ -1,1 +1,0 @@
-"""batched_loader's internals: serving batches from threads of this process."""
