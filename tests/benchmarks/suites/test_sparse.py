@@ -6,17 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from nn_handler.bench.sparse import (
+from benchmarks.peers.annbatch import AnnbatchUnavailableError, ensure_env
+from benchmarks.peers.scdataset import sparse as scdataset
+from benchmarks.suites.sparse import (
     chunks_per_batch,
     csc_choice,
     main,
     run_sparse_bench,
     run_vs_annbatch,
-    scdataset,
 )
-from nn_handler.bench.sparse_annbatch import AnnbatchUnavailableError, ensure_env
-from nn_handler.bench.sparse_data import sparse_counts, write_sparse_h5ad
+from benchmarks.suites.sparse_data import sparse_counts, write_sparse_h5ad
+
 from nn_handler.dataloaders import H5SparseDataset
 
 from helpers.sparse_files import ad

@@ -3,9 +3,8 @@
 import h5py
 import numpy as np
 import pytest
-
-from nn_handler.bench.workload_suite import _quality, run_workloads
-from nn_handler.bench.workloads import WORKLOADS, make_rows, write_workload
+from benchmarks.suites.workload_files import WORKLOADS, make_rows, write_workload
+from benchmarks.suites.workloads import _quality, run_workloads
 
 
 def test_workload_files_hold_row_ids_and_the_layout(tmp_path):
