@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..suites.workloads import WorkloadCase
 
 NAME = "scDataset BlockShuffling"
+SPARSE_SETTINGS = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first: its docs' example
 _FETCH_BYTES = 256 * 1024**2  # scDataset's fetch (batch × fetch_factor) capped at this
 
 
@@ -79,8 +80,14 @@ def workloads(case: WorkloadCase, workers: int) -> Iterable[Any] | None:
     return DataLoader(ds, batch_size=None, num_workers=workers)
 
 
-def sparse(path: str, batch: int, block: int, fetch: int) -> Contender | None:
-    """The sparse contender: ``BlockShuffling(block)``, ``fetch_factor=fetch`` (or None)."""
+def sparse(path: str, batch: int) -> list[Contender]:
+    """The sparse suite's contenders: one per ``SPARSE_SETTINGS`` (none: not installed)."""
+    found = [sparse_contender(path, batch, block, fetch) for block, fetch in SPARSE_SETTINGS]
+    return [c for c in found if c is not None]
+
+
+def sparse_contender(path: str, batch: int, block: int, fetch: int) -> Contender | None:
+    """``BlockShuffling(block)``, ``fetch_factor=fetch`` on the ``.h5ad`` (None: not installed)."""
     from ..suites.sparse import Contender
 
     try:

@@ -15,7 +15,8 @@ rounds; the table gives medians and ratios from the same run. Shuffle quality co
 whole epoch's order of each contender: ``chunks/batch`` (distinct chunks of ``X/data`` a batch
 touches: more means better mixing and more decoding) and the neighbour correlation of
 consecutive indices (``nn_handler.bench.quality``). scDataset's contenders come from the
-registry (its ``"sparse"`` adapter, ``(path, batch, block, fetch) -> Contender | None``).
+registry (its ``"sparse"`` adapter, ``(path, batch) -> list[Contender]``, empty when not
+installed).
 
 ``run_vs_annbatch`` puts annbatch (scverse) beside us on one ``.h5ad`` (uncompressed by
 default, as a plain ``adata.write_h5ad(path)`` writes it), batch 4,096: annbatch converts it
@@ -86,7 +87,6 @@ __all__ = [
 ]
 
 _WINDOWS = (64, 128, 256, 512, 1024)
-_SCDATASET = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first is its docs' example
 _TABLES = {"scdataset", "annbatch", "csc"}
 _COLD_BLOCK = 32  # cells a block of ours holds in the cold table: annbatch's chunk_size
 
@@ -162,10 +162,7 @@ def _contenders(path: str, batch: int, n: int) -> list[Contender]:
         ours(path, batch, lambda ds: ChunkShuffleSampler(ds, seed=0), _ours_name(None)),
     ]
     for peer in adapters("sparse").values():
-        for block, fetch in _SCDATASET:
-            sc = peer(path, batch, block, fetch)
-            if sc is not None:
-                found.append(sc)
+        found.extend(peer(path, batch))
     found.append(ours(path, batch, lambda ds: EpochShuffleSampler(len(ds)), "full shuffle"))
     found.append(ours(path, batch, lambda ds: ChunkShuffleSampler(ds, shuffle=False), "file order"))
     return found
