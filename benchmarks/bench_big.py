@@ -42,7 +42,6 @@ import json
 import mmap
 import os
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -53,6 +52,10 @@ from typing import Any
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median
 
 ROW_SHAPE, CHUNK_ROWS, BATCH = (3, 32, 32), 64, 256
 ROW_BYTES = 4 * 3 * 32 * 32
@@ -328,7 +331,7 @@ def round_of(gzip: Path, raw: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def report(rounds: list[dict[str, Any]]) -> None:
     def med(key: str, field: str | None = None) -> float:
-        return statistics.median(x[key] if field is None else x[key][field] for x in rounds)
+        return median(x[key] if field is None else x[key][field] for x in rounds)
 
     print(f"\n## Big and cold files ({len(rounds)} rounds, medians)\n")
     print(
@@ -341,7 +344,7 @@ def report(rounds: list[dict[str, Any]]) -> None:
     passes = [k for k in rounds[0] if isinstance(rounds[0][k], dict)]
     for key in passes:
         cells = [med(key, f) for f in ("rate", "disk_mb_s", "peak_rss_mb", "shm_mb")]
-        warned = statistics.median(len(x[key]["said"]) for x in rounds)
+        warned = median(len(x[key]["said"]) for x in rounds)
         print(f"| {key} | {cells[0]:,.0f} | {cells[1]:,.0f} | {cells[2]:,.0f} | "
               f"{cells[3]:,.0f} | {warned:.0f} |")  # fmt: skip
     ratios = {
@@ -361,16 +364,16 @@ def report(rounds: list[dict[str, Any]]) -> None:
     print()
     for label, values in ratios.items():
         shown = ", ".join(f"{v:.2f}" for v in values)
-        print(f"- {label}: {statistics.median(values):.2f} (rounds: {shown})")
+        print(f"- {label}: {median(values):.2f} (rounds: {shown})")
     said = rounds[0]["gzip shuffle, budget 256MiB"]["said"]
     print(f"- warnings with the 256 MiB budget: {len(said)}" + (f": {said[0]}" if said else ""))
 
 
 def sparse_table(args: argparse.Namespace, folder: Path) -> str:
     """H5SparseDataset against annbatch on a .h5ad of ``--sparse-rows`` cells, every pass cold."""
-    from nn_handler.bench.sparse import run_vs_annbatch
-    from nn_handler.bench.sparse_annbatch import AnnbatchUnavailableError, default_venv, ensure_env
-    from nn_handler.bench.sparse_data import write_sparse_h5ad_streamed
+    from benchmarks.peers.annbatch import AnnbatchUnavailableError, default_venv, ensure_env
+    from benchmarks.suites.sparse import run_vs_annbatch
+    from benchmarks.suites.sparse_data import write_sparse_h5ad_streamed
 
     path = folder / f"cells-{args.sparse_rows}x20000-0.05-none.h5ad"
     if not path.exists():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -37,6 +37,10 @@ import nn_handler._io.chunks.decoders as decoders
 import nn_handler._io.chunks.plugins as plugins
 from nn_handler._io.chunks.codecs import pipeline_for
 from nn_handler.bench import machine_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median
 
 OLD_FILES = ("codec.py", "inflate.py", "pipeline.py")
 OLD_DIR = "src/nn_handler/_io/chunks"
@@ -189,7 +193,7 @@ def measure(
                     runs.setdefault((name, threads), []).append(
                         rate(decode, chunks, nbytes, threads)
                     )
-    return {key: statistics.median(values) for key, values in runs.items()}
+    return {key: median(values) for key, values in runs.items()}
 
 
 @contextmanager

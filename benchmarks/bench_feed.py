@@ -38,22 +38,21 @@ import gc
 import itertools
 import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 import torch
 
+from nn_handler.bench.contenders import X_KEY, Y_KEY
 from nn_handler.bench.timing import epochs, machine_line
-from nn_handler.bench.workload_suite import X_KEY, Y_KEY, _inflate_limit, _raw_chunks
-from nn_handler.bench.workloads import WORKLOADS, write_workload
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     DevicePrefetcher,
@@ -61,6 +60,12 @@ from nn_handler.dataloaders import (
     RankMemCachedH5Dataset,
     batched_loader,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import alternating, median, ratios
+from benchmarks.peers.decoder_limit import inflate_limit, raw_chunks
+from benchmarks.suites.workload_files import WORKLOADS, write_workload
 
 ROW_BYTES = 3 * 32 * 32 * 4 + 8  # one decoded W1/W2 row and its int64 label
 BIG, SMALL = 1024, 256  # W1 batches, W2 batches
@@ -74,22 +79,6 @@ Metrics = dict[str, float]
 
 
 # -- pure helpers (tests/test_bench_feed.py) -------------------------------------------------
-
-
-def alternate(names: Sequence[str], round_index: int) -> list[str]:
-    """The contenders' order in round ``round_index``: as given on even rounds, reversed on odd."""
-    return list(names) if round_index % 2 == 0 else list(reversed(names))
-
-
-def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
-    """Per-round ratios ``num[i] / den[i]`` (NaN where the denominator is 0 or missing)."""
-    return [a / b if b else float("nan") for a, b in zip(num, den, strict=False)]
-
-
-def median(values: Sequence[float]) -> float:
-    """Median of the values that are not NaN (NaN when none)."""
-    kept = [v for v in values if v == v]
-    return statistics.median(kept) if kept else float("nan")
 
 
 def non_decreasing(values: Sequence[float]) -> bool:
@@ -189,8 +178,8 @@ def run_rounds(
 ) -> dict[str, dict[str, list[float]]]:
     """Run every contender once per round, in alternating order; metrics per contender."""
     results: dict[str, dict[str, list[float]]] = {name: {} for name in contenders}
-    for r in range(opts.rounds):
-        for name in alternate(list(contenders), r):
+    for r, order in alternating(list(contenders), opts.rounds):
+        for name in order:
             for key, value in contenders[name]().items():
                 results[name].setdefault(key, []).append(value)
             gc.collect()  # stop the last loader's workers before the next contender starts
@@ -333,7 +322,7 @@ def calibrate(model: Model, batches: Sequence[Any], read_s: float) -> int:
             for _ in range(calls):
                 fn()
             times.append((time.perf_counter() - start) / calls)
-        return statistics.median(times)
+        return median(times)
 
     turn = itertools.cycle(batches)
     touch = per_call(lambda: float(next(turn)[0].sum()), len(batches))
@@ -667,7 +656,7 @@ def gpu_w1(
 
 def gpu_w2(w2: str, workers: Sequence[int], opts: Opts) -> list[Check]:
     """W2 on the host with every worker count / the decode limit on every core."""
-    raws = _raw_chunks(w2)
+    raws = raw_chunks(w2)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
     def chunked(count: int, mode: str) -> Metrics:
@@ -676,7 +665,7 @@ def gpu_w2(w2: str, workers: Sequence[int], opts: Opts) -> list[Check]:
 
     configs = _configs(workers)
     contenders: dict[str, Callable[[], Metrics]] = {
-        "decode limit": lambda: {"rate": _inflate_limit(*raws, opts.seconds)[0]}
+        "decode limit": lambda: {"rate": inflate_limit(*raws, opts.seconds)[0]}
     }
     contenders.update(
         {name: (lambda c=count, m=mode: chunked(c, m)) for name, count, mode in configs}

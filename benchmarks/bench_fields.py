@@ -23,16 +23,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
 from nn_handler.dataloaders import H5LazyDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median
 
 BATCH = 256
 DTYPE = np.dtype([("id", "<i8"), ("pixels", "<f4", (16,)), ("label", "<i4"), ("w", "<f8")])
@@ -106,7 +111,7 @@ def main() -> None:
                 for _ in range(args.repeats):
                     batches = [rng.integers(0, args.n, BATCH) for _ in range(args.batches)]
                     runs.append(per_batch(batches, fn))
-                rates[name] = statistics.median(runs)
+                rates[name] = median(runs)
             base = next(iter(rates.values()))
             for name, rate in rates.items():
                 print(f"| {name} | {rate:,.0f} | {rate / base:.1f} |")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,10 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median, round_order
 
 HERE = Path(__file__).resolve().parents[1] / "src"
 
@@ -142,11 +145,12 @@ def main() -> None:
         print("| workload | baseline (ms) | checked (ms) | checked / baseline |")
         print("|---|---:|---:|---:|")
         for name, code in WORKLOADS.items():
-            base, checked = [], []
-            for _ in range(args.repeats):  # interleaved: drift on a busy machine hits both
-                base.append(run(args.baseline, code, paths))
-                checked.append(run(HERE, code, paths))
-            b, c = statistics.median(base), statistics.median(checked)
+            trees = {"baseline": args.baseline, "checked": HERE}
+            times: dict[str, list[float]] = {label: [] for label in trees}
+            for r in range(args.repeats):  # alternating: drift on a busy machine hits both
+                for label in round_order(list(trees), r):
+                    times[label].append(run(trees[label], code, paths))
+            b, c = median(times["baseline"]), median(times["checked"])
             print(f"| {name} | {b * 1e3:.1f} | {c * 1e3:.1f} | {c / b:.2f} |", flush=True)
 
 

@@ -39,6 +39,10 @@ import numpy as np
 
 from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset, batched_loader
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median
+
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH, CHUNK, BATCH = 64, 64, 256
 
@@ -104,7 +108,7 @@ def _report(rounds: list[dict[str, float]], size: int) -> list[str]:
     """Median figures and ratios over the rounds (each ratio taken within its round)."""
 
     def med(key: str, over: str | None = None) -> float:
-        return float(np.median([r[key] / (r[over] if over else 1) for r in rounds]))
+        return median(r[key] / (r[over] if over else 1) for r in rounds)
 
     lines = [
         f"  {name:<44} {med(key):10.0f} rows/s   {med(key, 'local'):6.2f}x local"

@@ -31,8 +31,8 @@ import argparse
 import importlib.metadata
 import os
 import shutil
-import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +54,10 @@ from nn_handler.dataloaders import (
 )
 from nn_handler.rewrite import rewrite_file
 from nn_handler.rewrite.codecs import Codec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import median
 
 SLAB_BYTES = 4 << 20  # the rewrite's slabs when it reads in order (rewrite.chunking)
 
@@ -273,7 +277,7 @@ def main() -> None:
                     runs["repack"].append(nbytes / repack / 1e6)
                 runs["codec"].append(codec_limit(dst, workers))
                 runs["read"].append(read_rate(src))
-            m = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
+            m = {k: median(v) for k, v in runs.items()}
             size = f"{os.path.getsize(src) / 2**20:.1f} → {os.path.getsize(dst) / 2**20:.1f} MiB"
             repack_text = f"{m['repack']:,.0f}" if runs["repack"] else "not on PATH"
             print(f"| {name}{f' ({note})' if note else ''} | {size} | {m['before']:,.0f} → "

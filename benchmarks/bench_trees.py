@@ -3,14 +3,14 @@
 Run: ``python benchmarks/bench_trees.py --before /path/to/old/src [--after src]
 [--workloads W1,W2,W3,W4] [--scale 0.5] [--rounds 5] [--seconds 3] [--workers 0]``
 
-Each round times ``H5LazyDataset`` + ``ChunkShuffleSampler`` + ``batched_loader`` (samples/s over
-``--seconds`` after the first batch) in a fresh process per tree, the order of the two trees
-swapped every round, on the same files (written once with ``nn_handler.bench.workloads``). For
-gzip workloads the same round also measures the decode limit: libdeflate (imagecodecs)
-inflating the file's chunks in one thread, × the usable cores (the targets' limit), and the
-same inflate run in one thread per usable core at once (what the cores deliver together: on a
-shared VM below the first). Medians are printed, with after / before and each tree's fraction
-of both. The old tree is e.g. a
+Each round times ``H5LazyDataset`` + ``ChunkShuffleSampler`` + ``batched_loader`` (samples/s
+over ``--seconds`` after the first batch) in a fresh process per tree, the order of the two
+trees swapped every round, on the same files (written once with
+``benchmarks.suites.workload_files``). For gzip workloads the same round also measures the
+decode limit: libdeflate (imagecodecs) inflating the file's chunks in one thread, × the usable
+cores (the targets' limit), and the same inflate run in one thread per usable core at once (what
+the cores deliver together: on a shared VM below the first). Medians are printed, with after /
+before and each tree's fraction of both. The old tree is e.g. a
 ``git worktree add /tmp/before <commit>``; its ``src`` goes to ``--before``.
 """
 
@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import alternating, median
 
 CHILD = r"""
 import json, sys, time
@@ -99,16 +102,11 @@ def _run(src: str, code: str, *args: object) -> dict[str, float] | None:
     return result
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def _compare(name: str, path: str, trees: dict[str, str], args: argparse.Namespace) -> str:
     rates: dict[str, list[float]] = {label: [] for label in trees}
     limits: list[float] = []
     together: list[float] = []
-    for r in range(args.rounds):
-        order = list(trees) if r % 2 == 0 else list(trees)[::-1]
+    for _, order in alternating(list(trees), args.rounds):
         for label in order:
             got = _run(trees[label], CHILD, path, args.seconds, args.workers)
             if got:
@@ -117,12 +115,12 @@ def _compare(name: str, path: str, trees: dict[str, str], args: argparse.Namespa
         if limit and limit["limit"]:
             limits.append(limit["limit"])
             together.append(limit["together"])
-    before, after = _median(rates["before"]), _median(rates["after"])
+    before, after = median(rates["before"]), median(rates["after"])
     line = f"| {name} | {args.workers} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |"
     if limits:
-        limit = _median(limits)
+        limit = median(limits)
         line += f" {limit:,.0f} | {before / limit:.2f} | {after / limit:.2f} |"
-        line += f" {_median(together):,.0f} | {after / _median(together):.2f} |"
+        line += f" {median(together):,.0f} | {after / median(together):.2f} |"
     else:
         line += " — | — | — | — | — |"
     return line
@@ -139,8 +137,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
-    sys.path.insert(0, args.after)
-    from nn_handler.bench.workloads import WORKLOADS, write_workload
+    from benchmarks.suites.workload_files import WORKLOADS, write_workload
 
     trees = {"before": args.before, "after": args.after}
     print(

@@ -12,13 +12,18 @@ Run: ``python benchmarks/bench_wait.py [--batches 200000] [--rounds 5]`` or
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from nn_handler.dataloaders import WaitMeter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.harness import alternating, median
 
 TARGET_US = 2.0
 
@@ -37,16 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     batches = [(torch.zeros(256, 4), torch.zeros(256))] * args.batches
     bare, metered = [], []
-    for _round in range(args.rounds):
-        bare.append(_loop(batches))
-        metered.append(_loop(WaitMeter(batches)))
+    loops = {"bare": (bare, lambda: batches), "metered": (metered, lambda: WaitMeter(batches))}
+    for _, order in alternating(list(loops), args.rounds):
+        for name in order:
+            times, make = loops[name]
+            times.append(_loop(make()))
     per_batch = [(m - b) / args.batches * 1e6 for b, m in zip(bare, metered, strict=True)]
-    cost = statistics.median(per_batch)
+    cost = median(per_batch)
     print(f"\n## WaitMeter's cost ({args.rounds} rounds, {args.batches:,} batches, medians)\n")
     print("| loop | µs per batch |")
     print("|---|---:|")
-    print(f"| bare | {statistics.median(bare) / args.batches * 1e6:.3f} |")
-    print(f"| through WaitMeter | {statistics.median(metered) / args.batches * 1e6:.3f} |")
+    print(f"| bare | {median(bare) / args.batches * 1e6:.3f} |")
+    print(f"| through WaitMeter | {median(metered) / args.batches * 1e6:.3f} |")
     rounds = ", ".join(f"{c:.2f}" for c in per_batch)
     verdict = "met" if cost < TARGET_US else "MISSED"
     print(f"\n- the meter's cost: {cost:.2f} µs a batch (target < {TARGET_US:g}: {verdict}; "

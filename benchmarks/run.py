@@ -1,7 +1,8 @@
 """The benchmark suite: every loader on every layout, ratios to a baseline and a limit.
 
 Run: ``python benchmarks/run.py [--n 50000] [--seconds 10] [--layouts chunked-64+gzip,...]``
-(the logic lives in ``nn_handler.bench.suite``).
+(the logic lives in ``benchmarks.suites.layouts``; ``--workloads W1,W2,...`` runs
+``benchmarks.suites.workloads`` instead).
 
 ``python benchmarks/run.py --remote [--n N] [--rounds 3] [--latency 0.02] [--seconds 20]``
 runs the remote benchmark instead (``bench_remote.py``: a file on an HTTP server 20 ms away,
@@ -28,8 +29,11 @@ one object at once, then 64 against a store that throttles, without and with a g
 """
 
 import sys
+from pathlib import Path
 
-from nn_handler.bench.suite import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
+
+from benchmarks.suites.layouts import main
 
 if __name__ == "__main__":
     if "--remote" in sys.argv[1:]:

@@ -27,6 +27,9 @@
   ``FileOptions``) builds on it.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
 * No import cycles, counting imports inside functions.
+* The package ships only what ``nn-handler bench`` needs: it never imports the repository's
+  ``benchmarks`` (peers, limits, targets: not installed), and ``nn_handler.bench`` installs
+  nothing (no ``pip``, ``venv``, ``ensurepip`` or ``subprocess``): it times what is there.
 * No ``ctypes`` anywhere: native code is reached through maintained libraries (imagecodecs),
   never by calling into a shared library's symbols ourselves.
 """
@@ -34,6 +37,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -196,6 +200,33 @@ def test_no_ctypes_anywhere_in_src():
         str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if "ctypes" in p.read_text()
     )
     assert mentions == []  # importlib.import_module("ctypes"), numpy's arr.ctypes, ...
+
+
+def test_the_package_never_imports_the_benchmarks():
+    offenders = sorted(
+        f"{m} -> {i}" for m, imports in GRAPH.items() for i in imports if _within(i, "benchmarks")
+    )
+    assert offenders == []
+
+
+def test_the_shipped_bench_installs_nothing():
+    bench = SRC / "bench"
+    banned = ("pip", "venv", "ensurepip", "subprocess")
+    imports = sorted(
+        f"{m} -> {i}"
+        for m, found in GRAPH.items()
+        if _within(m, "nn_handler.bench")
+        for i in found
+        if _within(i, *banned)
+    )
+    assert imports == []
+    mentions = sorted(
+        f"{p.name}: {word}"
+        for p in bench.rglob("*.py")
+        for word in banned
+        if re.search(rf"\b{word}\b", p.read_text())
+    )
+    assert mentions == []  # a "python -m pip" string run by os.system, a venv path, ...
 
 
 def test_tensors_stand_on_io_only():

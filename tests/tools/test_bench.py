@@ -1,4 +1,4 @@
-"""The benchmark package: helpers, the suite end to end on tiny data, shuffle-quality numbers."""
+"""``nn_handler.bench``: helpers, the synthetic suite end to end on tiny data, shuffle quality."""
 
 import h5py
 import numpy as np
@@ -17,7 +17,6 @@ from nn_handler.bench import (
     write_images,
     write_layout_file,
 )
-from nn_handler.bench.suite import Table, targets
 
 
 def test_write_images_layouts(tmp_path):
@@ -39,12 +38,6 @@ def test_layout_file_is_readable_by_every_contender(tmp_path):
     np.testing.assert_array_equal(x.numpy(), images[7])
     assert int(y) == labels[7]
     naive.close()
-    h5torch = pytest.importorskip("h5torch")
-    ds = h5torch.Dataset(str(path))
-    sample = ds[7]
-    np.testing.assert_array_equal(sample["central"], images[7])
-    assert sample["0/labels"] == labels[7]
-    ds.close()
 
 
 def test_batch_len_and_table():
@@ -54,21 +47,6 @@ def test_batch_len_and_table():
     text = format_table("t", rows, {"b / a": ("b", "a"), "missing": ("b", "zzz")})
     assert "| b | 400 | 2.00 | 200 | 0 |" in text
     assert "- b / a: 4.00×" in text and "missing" not in text
-
-
-def test_targets_report_measured_ratios():
-    rows = [
-        Result("naive per-sample h5py", 10, 1.0, 1),
-        Result("H5LazyDataset batched, ChunkShuffleSampler", 300, 1.0, 1),
-        Result("limit: sequential chunks, 2 processes", 400, 1.0, 1),
-        Result("sequential h5py, 1 process", 100, 1.0, 1),
-        Result("sequential read_range [decode]", 120, 1.0, 1),
-    ]
-    text = targets([Table("chunked-64+gzip", rows)])
-    assert "/ naive >= 20: 30.00 (met)" in text
-    assert "/ sequential limit >= 0.7: 0.75 (met)" in text
-    assert ">= 1.5: 1.20 (NOT met)" in text
-    assert "was not run" in targets([])
 
 
 @pytest.mark.slow
@@ -87,12 +65,13 @@ def test_suite_runs_end_to_end(tmp_path):
     names = [r.name for r in tables[1].rows]
     assert names[0] == "naive per-sample h5py"
     assert "H5LazyDataset batched, ChunkShuffleSampler" in names
-    assert any(n.startswith("limit: sequential chunks") for n in names)
     assert "sequential read_range [decode]" in names
-    assert any(n.startswith("limit: in-RAM gather") for n in (r.name for r in tables[0].rows))
+    # ours against the baseline only: peers, limits and targets are the repository's benchmarks
+    every = [r.name for t in tables for r in t.rows]
+    assert not [n for n in every if n.startswith("limit") or n == "h5torch"]
     text = "\n".join(lines)
     assert "## chunked-64+gzip" in text and "## Shuffle quality" in text
-    assert "## Targets (chunked-64+gzip)" in text
+    assert "Targets" not in text
     assert list(tmp_path.iterdir()) == []  # temporary files are removed
     with pytest.raises(ValueError, match=r"unknown layouts \['nope'\]; known: contiguous"):
         run_suite(n=10, layouts=["nope"], out=lines.append)

@@ -1,14 +1,16 @@
-"""Benchmarks: the suite behind ``python benchmarks/run.py``, and helpers for single scripts.
+"""What ``nn-handler bench`` needs: timing a file, the synthetic suite, shuffle quality.
 
-``run_suite`` / ``main`` time every loader on every layout with ratios to a baseline and to a
-limit measured in the same run; ``shuffle_quality`` puts numbers on how well an order mixes.
+``bench_file`` times every loader strategy on a file and recommends one; ``run_suite`` times our
+loaders on every synthetic layout with ratios to a baseline; ``shuffle_quality`` puts numbers on
+how well an order mixes. The comparisons with other libraries and with the machine's limits live
+in the repository's ``benchmarks/``, which builds on the timing primitives here.
 """
 
 from .contenders import NaiveH5Dataset
 from .data import LAYOUTS, make_images, suite_layouts, write_images, write_layout_file
 from .file_bench import FileBench, bench_file
 from .quality import ShuffleQuality, shuffle_quality
-from .suite import Table, main, run_suite
+from .suite import Table, run_suite
 from .timing import (
     Result,
     batch_len,
@@ -31,7 +33,6 @@ __all__ = [
     "bench_file",
     "format_table",
     "machine_line",
-    "main",
     "make_images",
     "print_table",
     "run_suite",

@@ -1,15 +1,15 @@
-"""The benchmark suite: every contender on every layout, with ratios to the baseline and limit.
+"""The synthetic suite (``nn-handler bench --synthetic``): our loaders on every layout.
 
-``python benchmarks/run.py`` (or ``run_suite(...)`` from code) writes synthetic 3×32×32 float32
-images to a temporary directory in each layout (contiguous; chunked; chunked + gzip; chunked +
-gzip + shuffle; blosc / zstd when ``hdf5plugin`` is installed), times every contender in
-``contenders.CONTENDERS`` on each file in one process, and prints one Markdown table per layout,
-the ratios, the shuffle-quality table and the targets.
+``run_suite(...)`` writes synthetic 3×32×32 float32 images to a temporary directory in each
+layout (contiguous; chunked; chunked + gzip; chunked + gzip + shuffle; blosc / zstd when
+``hdf5plugin`` is installed), times every contender in ``contenders.CONTENDERS`` on each file in
+one process, and prints one Markdown table per layout with the ratios to the baseline, then the
+shuffle-quality table. ``layout_tables`` runs any list of contenders the same way: the
+repository's ``benchmarks/`` adds the peers and the machine's limits through it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -19,15 +19,13 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from ..dataloaders import ChunkShuffleSampler, EpochShuffleSampler
-from .contenders import CONTENDERS, H5PY_LOAD, LIMIT, NAIVE, PRELOAD, Case
+from .contenders import CONTENDERS, H5PY_LOAD, LIMIT, NAIVE, PRELOAD, Case, Contender
 from .data import make_images, suite_layouts, write_layout_file
 from .quality import shuffle_quality
 from .timing import Result, format_table, machine_line
-from .workload_suite import run_workloads
 
-__all__ = ["Table", "main", "run_suite"]
+__all__ = ["Table", "layout_tables", "quality_table", "run_suite"]
 
-CHUNK_SAMPLER = "H5LazyDataset batched, ChunkShuffleSampler"
 SEQUENTIAL_H5PY = "sequential h5py, 1 process"
 _COMPRESSED_HINTS = ("gzip", "blosc", "zstd", "lz4")
 
@@ -69,7 +67,7 @@ def run_suite(
     workdir: str | None = None,
     out: Callable[[str], None] = print,
 ) -> list[Table]:
-    """Run the suite and print its tables; return them.
+    """Run the suite of our loaders and print its tables; return them.
 
     Args:
         n: Samples per layout.
@@ -79,6 +77,31 @@ def run_suite(
         chunk_rows: Rows per chunk of the chunked layouts.
         workdir: Directory for the files (default: a temporary one, removed afterwards).
         out: Where text goes.
+
+    Raises:
+        ValueError: an unknown layout name (the message lists the known ones).
+    """
+    tables = layout_tables(
+        CONTENDERS, n, seconds, layouts, batch_size, chunk_rows, workdir=workdir, out=out
+    )
+    out(quality_table(n, chunk_rows, batch_size))
+    return tables
+
+
+def layout_tables(
+    contenders: Sequence[Contender],
+    n: int,
+    seconds: float,
+    layouts: Sequence[str] | None,
+    batch_size: int,
+    chunk_rows: int,
+    *,
+    workdir: str | None = None,
+    out: Callable[[str], None] = print,
+) -> list[Table]:
+    """Time ``contenders`` (in this order) on each layout's file; print a table per layout.
+
+    Arguments as ``run_suite``'s; prints the suite's header first.
 
     Raises:
         ValueError: an unknown layout name (the message lists the known ones).
@@ -103,12 +126,10 @@ def run_suite(
             compressed = any(hint in name for hint in _COMPRESSED_HINTS)
             rows = chunk_rows if "chunked" in name else None
             case = Case(path, name, images, labels, batch_size, seconds, compressed, rows)
-            table = Table(name, [r for fn in CONTENDERS for r in fn(case)])
+            table = Table(name, [r for fn in contenders for r in fn(case)])
             out(format_table(name, table.rows, table.ratios()))
             tables.append(table)
             os.remove(path)
-    out(quality_table(n, chunk_rows, batch_size))
-    out(targets(tables))
     return tables
 
 
@@ -136,61 +157,3 @@ def quality_table(n: int, block: int, batch_size: int, cache_blocks: int = 325) 
             f"{q.decodes_per_block:.2f} |"
         )
     return "\n".join(lines)
-
-
-def targets(tables: list[Table]) -> str:
-    """The targets on the chunked + gzip layout, measured."""
-    lines = ["\n## Targets (chunked-64+gzip)\n"]
-    gzip = next((t for t in tables if t.layout == "chunked-64+gzip"), None)
-    if gzip is None:
-        return "\n".join([*lines, "- chunked-64+gzip was not run"])
-    checks = [
-        ("ChunkShuffleSampler / naive >= 20", CHUNK_SAMPLER, NAIVE, 20.0),
-        ("ChunkShuffleSampler / sequential limit >= 0.7", CHUNK_SAMPLER, LIMIT, 0.7),
-        ("read_range / sequential h5py >= 1.5", "sequential read_range", SEQUENTIAL_H5PY, 1.5),
-        ("rank-cache preload / h5py load into RAM >= 1.5", PRELOAD, H5PY_LOAD, 1.5),
-    ]
-    for label, num, den, goal in checks:
-        top, bottom = gzip.rate(num), gzip.rate(den)
-        if top is None or bottom is None:
-            lines.append(f"- {label}: not measured")
-            continue
-        ratio = top / bottom
-        lines.append(f"- {label}: {ratio:.2f} ({'met' if ratio >= goal else 'NOT met'})")
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python benchmarks/run.py [--n N] [--seconds S] [--layouts a,b]``.
-
-    ``--workloads W1,W2,W3,W4`` runs the streaming workloads instead (``workload_suite``):
-    ``num_workers`` 0 and 2, limits, peers and shuffle quality, medians of ``--rounds``.
-    """
-    parser = argparse.ArgumentParser(description="nn_handler benchmark suite")
-    parser.add_argument("--n", type=int, default=50_000, help="samples per layout")
-    parser.add_argument("--seconds", type=float, default=10.0, help="budget per contender")
-    parser.add_argument("--layouts", default=None, help="comma-separated layout names")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--chunk-rows", type=int, default=64)
-    parser.add_argument("--workdir", default=None, help="directory for the temporary files")
-    parser.add_argument(
-        "--workloads",
-        default=None,
-        help="comma-separated workloads (W1,W2,W3,W4,W2-blosc-lz4,W2-zstd,RC) instead of layouts",
-    )
-    parser.add_argument("--scale", type=float, default=1.0, help="workloads: rows × this")
-    parser.add_argument("--rounds", type=int, default=3, help="workloads: alternating rounds")
-    args = parser.parse_args(argv)
-    if args.workloads:
-        run_workloads(
-            args.workloads.split(","),
-            scale=args.scale,
-            seconds=args.seconds,
-            rounds=args.rounds,
-            batch_size=args.batch_size,
-            workdir=args.workdir,
-        )
-        return 0
-    layouts = args.layouts.split(",") if args.layouts else None
-    run_suite(args.n, args.seconds, layouts, args.batch_size, args.chunk_rows, args.workdir)
-    return 0

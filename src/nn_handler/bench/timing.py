@@ -21,6 +21,7 @@ import torch
 __all__ = [
     "Result",
     "batch_len",
+    "best_of",
     "epochs",
     "format_table",
     "machine_line",
@@ -99,6 +100,23 @@ def timed_call(name: str, fn: Callable[[], int], sample_bytes: int) -> Result:
     start = time.perf_counter()
     samples = fn()
     return Result(name, samples, time.perf_counter() - start, sample_bytes)
+
+
+def best_of(
+    calls: list[tuple[str, Callable[[], int]]], sample_bytes: int, rounds: int
+) -> list[Result]:
+    """Each ``(name, fn)`` timed once per round, ``rounds`` rounds; the fastest of each.
+
+    ``fn`` returns how many samples it read. The calls alternate within every round, so they
+    share the machine's noise. Results come back in the order of ``calls``.
+    """
+    best: dict[str, Result] = {}
+    for _ in range(rounds):
+        for name, fn in calls:
+            result = timed_call(name, fn, sample_bytes)
+            if name not in best or result.rate > best[name].rate:
+                best[name] = result
+    return [best[name] for name, _ in calls]
 
 
 def batch_len(batch: Any) -> int:

@@ -1,5 +1,9 @@
 """annbatch (scverse) in the sparse benchmark: its environment, its runs, one table with ours.
 
+Benchmark-time only: making annbatch's environment runs ``venv`` and ``pip``, which the shipped
+package never does; it happens only when the sparse benchmark's annbatch table is asked for
+(``--tables annbatch``, on by default there; ``--no-annbatch-install`` only looks).
+
 annbatch needs Python >= 3.12 and no torch, so it runs in an environment of its own, through
 ``annbatch_worker.py`` (a standalone script) in a subprocess:
 
@@ -21,7 +25,6 @@ import glob
 import json
 import os
 import shutil
-import statistics
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +33,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..harness import median as harness_median
+from ..registry import Peer, register
 from .annbatch_worker import MARKER
 
 __all__ = [
@@ -311,7 +316,7 @@ def vs_annbatch_table(
     "annbatch") of the same ``kind``: sparse batches against annbatch's CSR, dense ones against
     its ``.toarray()``. ``skip`` (annbatch could not run) is printed as a line under the table.
     """
-    median = {id(r): statistics.median(r.rates) if r.rates else float("nan") for r in rows}
+    median = {id(r): harness_median(r.rates) for r in rows}
     theirs: dict[str, float] = {}
     for r in rows:
         if r.loader.startswith("annbatch") and median[id(r)] > 0:  # NaN and 0 are no base
@@ -345,3 +350,6 @@ def vs_annbatch_table(
 def default_venv() -> str:
     """``build/annbatch-venv`` under the working directory (git-ignored in this repository)."""
     return os.path.join(os.getcwd(), "build", "annbatch-venv")
+
+
+register(Peer("annbatch", "peer", {"sparse-annbatch": ensure_env}))

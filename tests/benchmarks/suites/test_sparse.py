@@ -6,17 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from nn_handler.bench.sparse import (
+from benchmarks.peers.annbatch import AnnbatchUnavailableError, ensure_env
+from benchmarks.peers.scdataset import sparse_contender
+from benchmarks.suites.sparse import (
     chunks_per_batch,
     csc_choice,
     main,
     run_sparse_bench,
     run_vs_annbatch,
-    scdataset,
 )
-from nn_handler.bench.sparse_annbatch import AnnbatchUnavailableError, ensure_env
-from nn_handler.bench.sparse_data import sparse_counts, write_sparse_h5ad
+from benchmarks.suites.sparse_data import sparse_counts, write_sparse_h5ad
+
 from nn_handler.dataloaders import H5SparseDataset
 
 from helpers.sparse_files import ad
@@ -53,7 +53,7 @@ def test_tables(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| ")][1:]
     names = [r.split(" | ")[0][2:] for r in rows]
     assert names[0] == "ChunkShuffleSampler" and names[-2:] == ["full shuffle", "file order"]
-    if scdataset(str(path), 64, 16, 16) is not None:
+    if sparse_contender(str(path), 64, 16, 16) is not None:
         assert "scDataset BlockShuffling(16), fetch_factor=16" in names
         assert names[1].startswith("ChunkShuffleSampler, window_chunks=")  # the matched window
     csc = csc_choice(str(tmp_path), n_rows=400, n_cols=100, seconds=0.05)

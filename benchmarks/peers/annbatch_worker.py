@@ -1,6 +1,6 @@
 """annbatch's side of the sparse benchmark, run by the Python of annbatch's own environment.
 
-annbatch (scverse) needs Python >= 3.12 and no torch, so ``nn_handler.bench.sparse_annbatch``
+annbatch (scverse) needs Python >= 3.12 and no torch, so ``benchmarks.peers.annbatch``
 runs this file as a script with that environment's interpreter. It therefore imports only the
 standard library and numpy at import time, and annbatch / anndata / zarr inside the commands,
 never ``nn_handler`` (whose torch that environment lacks).

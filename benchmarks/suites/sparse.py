@@ -14,7 +14,9 @@ Every contender starts fresh (cold decoded-chunk cache) in each of ``repeats`` i
 rounds; the table gives medians and ratios from the same run. Shuffle quality comes from one
 whole epoch's order of each contender: ``chunks/batch`` (distinct chunks of ``X/data`` a batch
 touches: more means better mixing and more decoding) and the neighbour correlation of
-consecutive indices (``nn_handler.bench.quality``).
+consecutive indices (``nn_handler.bench.quality``). scDataset's contenders come from the
+registry (its ``"sparse"`` adapter, ``(path, batch) -> list[Contender]``, empty when not
+installed).
 
 ``run_vs_annbatch`` puts annbatch (scverse) beside us on one ``.h5ad`` (uncompressed by
 default, as a plain ``adata.write_h5ad(path)`` writes it), batch 4,096: annbatch converts it
@@ -23,8 +25,8 @@ settings, as SciPy CSR batches and with ``.toarray()``; ours are ``H5SparseDatas
 ``sparse_csr`` and ``dense`` batches of a fresh full shuffle, at 0 and 2 workers. Shuffle
 quality there is the number of distinct 64-cell blocks of the file a batch draws from.
 annbatch needs Python >= 3.12 and runs in its own environment, in a subprocess
-(``nn_handler.bench.sparse_annbatch``); when it cannot be installed or run, the table says why
-in one line and shows ours alone.
+(``benchmarks.peers.annbatch``, which makes that environment with pip); when it cannot be
+installed or run, the table says why in one line and shows ours alone.
 
 ``csc_choice`` measures the two ways to serve a ``csc_matrix`` by rows (a CSR copy next to the
 file, built once, against reading the column runs for every batch).
@@ -38,9 +40,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,11 +50,19 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .._io.file.source import load_plugins
-from ..dataloaders import ChunkShuffleSampler, EpochShuffleSampler, H5SparseDataset, batched_loader
-from ..dataloaders.h5_sparse_dataset import Output
-from .quality import shuffle_quality
-from .sparse_annbatch import (
+from nn_handler._io.file.source import load_plugins
+from nn_handler.bench.quality import shuffle_quality
+from nn_handler.bench.timing import Result, batch_len, epochs, machine_line, timed_pass
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    EpochShuffleSampler,
+    H5SparseDataset,
+    batched_loader,
+)
+from nn_handler.dataloaders.h5_sparse_dataset import Output
+
+from ..harness import alternating, median
+from ..peers.annbatch import (
     BLOCK,
     AnnbatchEnv,
     AnnbatchRunner,
@@ -64,11 +72,10 @@ from .sparse_annbatch import (
     Row,
     blocks_per_batch,
     default_venv,
-    ensure_env,
     vs_annbatch_table,
 )
+from ..registry import adapters
 from .sparse_data import write_sparse_h5ad, write_sparse_h5ad_streamed
-from .timing import Result, batch_len, epochs, machine_line, timed_pass
 
 __all__ = [
     "Contender",
@@ -80,7 +87,6 @@ __all__ = [
 ]
 
 _WINDOWS = (64, 128, 256, 512, 1024)
-_SCDATASET = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first is its docs' example
 _TABLES = {"scdataset", "annbatch", "csc"}
 _COLD_BLOCK = 32  # cells a block of ours holds in the cold table: annbatch's chunk_size
 
@@ -132,35 +138,6 @@ def ours(
     return Contender(name, make, order)
 
 
-def scdataset(path: str, batch: int, block: int, fetch: int) -> Contender | None:
-    """The scDataset contender: ``BlockShuffling(block)``, ``fetch_factor=fetch`` (or None)."""
-    try:
-        sc = importlib.import_module("scdataset")
-        ad = importlib.import_module("anndata")
-    except ImportError:
-        return None
-
-    def build(callback: Callable[[Any, Any], Any]) -> Any:
-        adata = ad.read_h5ad(path, backed="r")
-        return sc.scDataset(
-            adata,
-            sc.BlockShuffling(block_size=block),
-            batch_size=batch,
-            fetch_factor=fetch,
-            fetch_callback=callback,
-            seed=0,
-        )
-
-    def fetch_rows(adata: Any, idx: Any) -> Any:  # the callback of scDataset's AnnData example
-        return adata[idx].X.toarray().astype(np.float32)
-
-    def order() -> np.ndarray[Any, Any]:  # the same strategy, fetching indices instead of rows
-        return np.concatenate(list(build(lambda _adata, idx: np.asarray(idx))))
-
-    name = f"scDataset BlockShuffling({block}), fetch_factor={fetch}"
-    return Contender(name, lambda: build(fetch_rows), order)
-
-
 def run_sparse_bench(path: str, seconds: float = 10.0, repeats: int = 3, batch: int = 256) -> str:
     """Time every contender on ``path``; return the Markdown table (medians, ratios, quality)."""
     with h5py.File(path, "r") as f:
@@ -173,8 +150,8 @@ def run_sparse_bench(path: str, seconds: float = 10.0, repeats: int = 3, batch: 
         contenders.insert(1, matched)
         quality[matched.name] = _quality(matched.order(), indptr, chunk, batch)
     rates: dict[str, list[float]] = {c.name: [] for c in contenders}
-    for _ in range(repeats):  # interleaved: a busy spell hurts every contender alike
-        for c in contenders:
+    for _, order in alternating(contenders, repeats):  # a busy spell hurts every one alike
+        for c in order:
             result = timed_pass(c.name, c.make(), n_cols * 4, seconds, batch_len)
             rates[c.name].append(result.rate)
     return _table(path, n, n_cols, chunk, batch, rates, quality)
@@ -184,10 +161,8 @@ def _contenders(path: str, batch: int, n: int) -> list[Contender]:
     found = [
         ours(path, batch, lambda ds: ChunkShuffleSampler(ds, seed=0), _ours_name(None)),
     ]
-    for block, fetch in _SCDATASET:
-        sc = scdataset(path, batch, block, fetch)
-        if sc is not None:
-            found.append(sc)
+    for peer in adapters("sparse").values():
+        found.extend(peer(path, batch))
     found.append(ours(path, batch, lambda ds: EpochShuffleSampler(len(ds)), "full shuffle"))
     found.append(ours(path, batch, lambda ds: ChunkShuffleSampler(ds, shuffle=False), "file order"))
     return found
@@ -231,8 +206,8 @@ def _table(
     rates: dict[str, list[float]],
     quality: dict[str, tuple[float, float]],
 ) -> str:
-    median = {name: statistics.median(r) for name, r in rates.items()}
-    sc = next((name for name in median if name.startswith("scDataset")), None)
+    medians = {name: median(r) for name, r in rates.items()}
+    sc = next((name for name in medians if name.startswith("scDataset")), None)
     lines = [
         f"\n## Sparse rows: {n} x {n_cols} .h5ad (CSR, gzip, chunks of {chunk} entries, "
         f"{os.path.getsize(path) / 1e6:.0f} MB), batch {batch}, one process\n",
@@ -241,9 +216,9 @@ def _table(
         "| loader | rows/s (median) | runs | x scDataset | chunks/batch | neighbour corr |",
         "|---|---:|---|---:|---:|---:|",
     ]
-    for name, rate in median.items():
+    for name, rate in medians.items():
         runs = ", ".join(f"{r:,.0f}" for r in rates[name])
-        ratio = f"{rate / median[sc]:.2f}" if sc else "-"
+        ratio = f"{rate / medians[sc]:.2f}" if sc else "-"
         chunks, corr = quality[name]
         lines.append(f"| {name} | {rate:,.0f} | {runs} | {ratio} | {chunks:.1f} | {corr:.3f} |")
     return "\n".join(lines)
@@ -521,7 +496,8 @@ def _annbatch_section(args: argparse.Namespace, workdir: str) -> str:
         print(
             f"annbatch: finding (or making) its environment at {args.annbatch_venv} …", flush=True
         )
-        env = ensure_env(args.annbatch_venv, args.annbatch_python, not args.no_annbatch_install)
+        prepare = adapters("sparse-annbatch")["annbatch"]
+        env = prepare(args.annbatch_venv, args.annbatch_python, not args.no_annbatch_install)
     except AnnbatchUnavailableError as err:
         print(f"annbatch: skipped ({err})", flush=True)
         env = err

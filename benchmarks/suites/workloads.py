@@ -6,11 +6,11 @@
 
 * ours: ``H5LazyDataset`` + ``batched_loader`` + ``ChunkShuffleSampler`` (dealt to workers),
   DataLoader worker processes, and (when available) the same batches served by threads;
-* peers: ``scDataset`` (``BlockShuffling`` + ``fetch_factor`` over the same h5py dataset) and
-  ``h5torch`` (per-sample, ``DataLoader(shuffle=True)``), when installed;
-* the limit, measured in the same run: an in-RAM NumPy gather of random batches (uncompressed),
-  libdeflate inflating every chunk in one thread × the usable cores (gzip), or whole-chunk
-  sequential h5py reads with one process per core (other filters).
+* peers: every peer in the registry with a ``"workloads"`` adapter, ``(case, workers) ->``
+  an iterable of ``(x, row indices)`` batches, or None when not installed (scDataset, h5torch);
+* the limit, measured in the same run: the first limit in the registry whose ``"workloads"``
+  adapter, ``(case) ->`` an object with ``name`` and ``measure()``, takes the workload (an
+  in-RAM NumPy gather for uncompressed data, libdeflate for gzip, a process per core otherwise).
 
 Every row carries the shuffle quality of what the loader really served (``0/labels`` holds row
 indices): chunks per batch and the correlation of consecutive indices. ``RC`` measures the rank
@@ -20,41 +20,35 @@ cache's batches against an in-RAM NumPy gather while every core is busy with ano
 from __future__ import annotations
 
 import contextlib
-import importlib
-import itertools
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Protocol
 
-import h5py
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset
 
-from .._validate import usable_cores
-from ..dataloaders import (
+from nn_handler._validate import usable_cores
+from nn_handler.bench.contenders import X_KEY, Y_KEY
+from nn_handler.bench.timing import machine_line
+from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     H5LazyDataset,
     RankMemCachedH5Dataset,
     batched_loader,
 )
-from .contenders import _read_part
-from .timing import machine_line
-from .workloads import WORKLOADS, Workload, write_workload
 
-__all__ = ["Measured", "WorkloadTable", "run_workloads"]
+from ..harness import Check, alternating, format_targets, median
+from ..registry import adapters
+from .workload_files import WORKLOADS, Workload, write_workload
 
-X_KEY, Y_KEY = "central", "0/labels"
+__all__ = ["Limit", "Measured", "WorkloadCase", "WorkloadTable", "run_workloads"]
+
 OURS, OURS_THREADS = "ours (batched, ChunkShuffleSampler)", "ours, worker threads"
-SCDATASET, H5TORCH = "scDataset BlockShuffling", "h5torch"
 RANK_CACHE = "RC"
-_SC_FETCH_BYTES = 256 * 1024**2  # scDataset's fetch (batch × fetch_factor) capped at this
-_LIMIT_RAW_BYTES = 256 * 1024**2  # raw chunks inflated to measure the decode limit
 
 
 @dataclass
@@ -71,12 +65,12 @@ class Measured:
     @property
     def rate(self) -> float:
         """Median samples/s over the rounds."""
-        return statistics.median(self.rates) if self.rates else float("nan")
+        return median(self.rates)
 
     @property
     def cpu_rate(self) -> float:
         """Median samples per CPU-second (this process and its DataLoader workers)."""
-        return statistics.median(self.cpu_rates) if self.cpu_rates else float("nan")
+        return median(self.cpu_rates)
 
 
 @dataclass
@@ -93,12 +87,12 @@ class WorkloadTable:
     @property
     def limit(self) -> float:
         """Median limit over the rounds."""
-        return statistics.median(self.limit_rates) if self.limit_rates else float("nan")
+        return median(self.limit_rates)
 
     @property
     def limit_per_core(self) -> float:
         """The limit's samples per CPU-second of one core (NaN for the process limit)."""
-        return statistics.median(self.limit_cpu_rates) if self.limit_cpu_rates else float("nan")
+        return median(self.limit_cpu_rates)
 
     def get(self, name: str, workers: int) -> Measured | None:
         """The row for ``name`` at ``workers`` (None when it was not run)."""
@@ -106,7 +100,9 @@ class WorkloadTable:
 
 
 @dataclass(frozen=True)
-class _Case:
+class WorkloadCase:
+    """One workload's file and what every contender and limit needs to read it."""
+
     path: str
     workload: Workload
     n: int
@@ -117,13 +113,13 @@ class _Case:
 # -- contenders: (case, workers) -> an iterable of (x, row indices) batches, or None -----------
 
 
-def _ours(case: _Case, workers: int) -> Iterable[Any] | None:
+def _ours(case: WorkloadCase, workers: int) -> Iterable[Any] | None:
     ds = H5LazyDataset(case.path, X_KEY, Y_KEY)
     sampler = ChunkShuffleSampler(ds, batch_size=case.batch_size, num_workers=workers)
     return batched_loader(ds, case.batch_size, sampler=sampler, num_workers=workers)
 
 
-def _ours_threads(case: _Case, workers: int) -> Iterable[Any] | None:
+def _ours_threads(case: WorkloadCase, workers: int) -> Iterable[Any] | None:
     if workers == 0:
         return None
     ds = H5LazyDataset(case.path, X_KEY, Y_KEY)
@@ -136,80 +132,13 @@ def _ours_threads(case: _Case, workers: int) -> Iterable[Any] | None:
         return None
 
 
-class _H5Rows:
-    """What scDataset indexes: rows of one h5py dataset, opened lazily in each process."""
-
-    def __init__(self, path: str, n: int) -> None:
-        self.path, self.n = path, n
-        self._handle: tuple[int, Any, Any] | None = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def fetch(self, idx: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-        if self._handle is None or self._handle[0] != os.getpid():
-            f = h5py.File(self.path, "r")
-            self._handle = (os.getpid(), f[X_KEY], f[Y_KEY])
-        _, x, y = self._handle
-        return x[idx], y[idx]  # scDataset sorts each fetch: h5py fancy indexing
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "n": self.n, "_handle": None}
+Loader = Callable[[WorkloadCase, int], Iterable[Any] | None]
+OURS_LOADERS: dict[str, Loader] = {OURS: _ours, OURS_THREADS: _ours_threads}
 
 
-def _sc_fetch(collection: _H5Rows, idx: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-    return collection.fetch(np.asarray(idx))
-
-
-def _sc_batch(data: tuple[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[Any, Any]:
-    x, y = data
-    return torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
-
-
-def _scdataset(case: _Case, workers: int) -> Iterable[Any] | None:
-    try:
-        sc: Any = importlib.import_module("scdataset")
-    except ImportError:
-        return None
-    block = max(8, case.workload.chunk_rows or 8)
-    fetch = max(1, min(16, _SC_FETCH_BYTES // (case.batch_size * case.workload.row_nbytes)))
-    ds: IterableDataset[Any] = sc.scDataset(
-        _H5Rows(case.path, case.n),
-        sc.BlockShuffling(block_size=block),
-        batch_size=case.batch_size,
-        fetch_factor=fetch,
-        fetch_callback=_sc_fetch,
-        batch_callback=_sc_batch,
-    )
-    return DataLoader(ds, batch_size=None, num_workers=workers)
-
-
-def _h5torch(case: _Case, workers: int) -> Iterable[Any] | None:
-    try:
-        h5torch: Any = importlib.import_module("h5torch")
-    except ImportError:
-        return None
-    ds = h5torch.Dataset(case.path)
-    gen = torch.Generator().manual_seed(0)
-    # h5torch's Dataset holds an open h5py File, which cannot be pickled: it reaches workers
-    # only by fork, what its users must ask for where forkserver is the default (Python 3.14)
-    context = "fork" if workers else None
-    return DataLoader(
-        ds,
-        batch_size=case.batch_size,
-        shuffle=True,
-        num_workers=workers,
-        generator=gen,
-        multiprocessing_context=context,
-    )
-
-
-CONTENDERS: dict[str, Callable[[_Case, int], Iterable[Any] | None]] = {
-    OURS: _ours,
-    OURS_THREADS: _ours_threads,
-    SCDATASET: _scdataset,
-    H5TORCH: _h5torch,
-}
+def contenders() -> dict[str, Loader]:
+    """Ours, then every registered peer's ``"workloads"`` adapter."""
+    return {**OURS_LOADERS, **adapters("workloads", kind="peer")}
 
 
 def _split(batch: Any) -> tuple[Any, Any]:
@@ -276,102 +205,23 @@ def _quality(served: list[np.ndarray[Any, Any]], chunk_rows: int | None) -> tupl
 # -- limits --------------------------------------------------------------------------------
 
 
-def _gather_limit(case: _Case, images: np.ndarray[Any, Any]) -> tuple[float, float]:
-    order = np.random.default_rng(0).permutation(case.n)
-    batches = [order[i : i + case.batch_size] for i in range(0, case.n, case.batch_size)]
-    for b in batches[:8]:  # warm: the first touch of fresh memory is slower
-        np.take(images, b, axis=0)
-    samples, start, cpu = 0, time.perf_counter(), time.thread_time()
-    for b in batches:
-        samples += len(torch.from_numpy(np.take(images, b, axis=0)))
-        if time.perf_counter() - start > case.budget_s:
-            break
-    cpu = time.thread_time() - cpu
-    return samples / (time.perf_counter() - start), samples / max(cpu, 1e-9)
+class Limit(Protocol):
+    """A workload's limit, measured once per round."""
 
-
-def _raw_chunks(path: str) -> tuple[list[bytes], int, int]:
-    """Raw chunks of ``central`` (up to ``_LIMIT_RAW_BYTES``), decoded chunk bytes, rows each."""
-    with h5py.File(path, "r") as f:
-        dset = f[X_KEY]
-        chunk_rows = int(dset.chunks[0])
-        nbytes = int(np.prod(dset.chunks)) * dset.dtype.itemsize
-        raws: list[bytes] = []
-        total = 0
-        for start in range(0, dset.shape[0] - chunk_rows + 1, chunk_rows):
-            raw = dset.id.read_direct_chunk((start,) + (0,) * (dset.ndim - 1))[1]
-            raws.append(bytes(raw))
-            total += len(raw)
-            if total > _LIMIT_RAW_BYTES:
-                break
-    return raws, nbytes, chunk_rows
-
-
-def _inflate_limit(
-    raws: list[bytes], nbytes: int, chunk_rows: int, budget_s: float
-) -> tuple[float, float]:
-    """Inflate with libdeflate (zlib when absent) in one thread, × usable cores, in samples/s.
-
-    libdeflate is ``imagecodecs.deflate_decode``, into one reused buffer as the readers do.
-    """
-    try:
-        decode: Any = importlib.import_module("imagecodecs").deflate_decode
-        out = np.empty(nbytes, np.uint8)
-        inflate: Callable[[bytes], Any] = lambda raw: decode(raw, out=out)  # noqa: E731
-    except (ImportError, AttributeError):  # pragma: no cover - the bench extra installs it
-        import zlib
-
-        inflate = zlib.decompress
-    for raw in raws[:4]:
-        inflate(raw)
-    done, start, cpu = 0, time.perf_counter(), time.thread_time()
-    while time.perf_counter() - start < min(budget_s, 2.0) or done == 0:
-        for raw in raws:
-            inflate(raw)
-            done += 1
-            if time.perf_counter() - start > budget_s:
-                break
-    cpu = time.thread_time() - cpu
-    wall = time.perf_counter() - start
-    return done * chunk_rows / wall * usable_cores(), done * chunk_rows / max(cpu, 1e-9)
-
-
-def _process_limit(case: _Case) -> float:
-    workers, n = usable_cores(), case.n
-    rows = case.workload.chunk_rows or 1
-    bounds = [(n * i // workers) // rows * rows for i in range(workers)] + [n]
-    parts = [(case.path, lo, hi) for lo, hi in itertools.pairwise(bounds)]
-    with get_context("forkserver").Pool(workers) as pool:
-        pool.starmap(_read_part, [(case.path, 0, 0)] * workers)
-        start = time.perf_counter()
-        done = sum(pool.starmap(_read_part, parts))
-        return done / (time.perf_counter() - start)
-
-
-class _Limit:
-    """The workload's limit, measured once per round (see the module docstring)."""
-
-    def __init__(self, case: _Case) -> None:
-        self.case = case
-        self.images: np.ndarray[Any, Any] | None = None
-        self.raw: tuple[list[bytes], int, int] | None = None
-        if not case.workload.compressed:
-            self.name = "in-RAM NumPy gather"
-            with h5py.File(case.path, "r") as f:
-                self.images = f[X_KEY][()]
-        elif case.workload.plugin is None:
-            self.name = f"libdeflate, 1 thread × {usable_cores()} cores"
-            self.raw = _raw_chunks(case.path)
-        else:
-            self.name = f"sequential chunks, {usable_cores()} processes"
+    name: str
 
     def measure(self) -> tuple[float, float]:
-        """(samples/s, samples per CPU-second of one core; NaN for the process limit)."""
-        if self.images is not None:
-            return _gather_limit(self.case, self.images)
-        if self.raw is not None:
-            return _inflate_limit(*self.raw, self.case.budget_s)
-        return _process_limit(self.case), float("nan")
+        """(samples/s, samples per CPU-second of one core; NaN when not counted)."""
+        ...
+
+
+def _limit(case: WorkloadCase) -> Limit:
+    """The first registered limit that takes ``case``'s workload."""
+    for make in adapters("workloads", kind="limit").values():
+        limit: Limit | None = make(case)
+        if limit is not None:
+            return limit
+    raise LookupError(f"no registered limit takes workload {case.workload.name!r}")
 
 
 # -- the rank cache on a busy machine --------------------------------------------------------
@@ -385,7 +235,7 @@ def _burn(stop: Any) -> None:
             x += 1
 
 
-def _rank_cache_rates(case: _Case) -> tuple[float, float]:
+def _rank_cache_rates(case: WorkloadCase) -> tuple[float, float]:
     """(rank cache batches/s, in-RAM NumPy gather/s) in samples/s, every core busy meanwhile."""
     ds = RankMemCachedH5Dataset(
         case.path, X_KEY, Y_KEY, dtype_x=None, log_fn=_quiet, rank=0, world_size=1
@@ -417,7 +267,7 @@ def _rank_cache_rates(case: _Case) -> tuple[float, float]:
             limit_rates.append(  # the same work: x and y rows of the batch
                 rate(lambda b: (torch.from_numpy(images[b]), torch.from_numpy(labels[b])))
             )
-        ours, limit = statistics.median(ours_rates), statistics.median(limit_rates)
+        ours, limit = median(ours_rates), median(limit_rates)
     finally:
         stop.set()
         for p in burners:
@@ -433,19 +283,19 @@ def _quiet(message: str) -> None:
 
 
 def _measure_workload(
-    case: _Case, workers: Sequence[int], rounds: int, out: Callable[[str], None]
+    case: WorkloadCase, workers: Sequence[int], rounds: int, out: Callable[[str], None]
 ) -> WorkloadTable:
-    limit = _Limit(case)
-    rows = [Measured(name, w) for name in CONTENDERS for w in workers]
+    limit = _limit(case)
+    loaders = contenders()
+    rows = [Measured(name, w) for name in loaders for w in workers]
     limit_rates: list[float] = []
     limit_cpu: list[float] = []
-    for r in range(rounds):
+    for r, order in alternating(rows, rounds):
         wall, per_core = limit.measure()
         limit_rates.append(wall)
         limit_cpu.append(per_core)
-        # alternate the order each round, so no contender always runs right after another
-        for row in rows if r % 2 == 0 else reversed(rows):
-            loader = CONTENDERS[row.name](case, row.workers)
+        for row in order:
+            loader = loaders[row.name](case, row.workers)
             if loader is None:
                 continue
             rate, cpu_rate, served = _time_loader(loader, case.budget_s)
@@ -497,7 +347,7 @@ def run_workloads(
             path = os.path.join(tmp, f"{name}.h5")
             write_workload(path, workload, n)
             os.sync()
-            case = _Case(path, workload, n, batch_size, seconds)
+            case = WorkloadCase(path, workload, n, batch_size, seconds)
             if name == RANK_CACHE:
                 rc = _rank_cache_rates(case)
             else:
@@ -589,7 +439,5 @@ def format_summary(tables: list[WorkloadTable], rc: tuple[float, float] | None) 
         )
         checks.append(("rank cache / in-RAM gather (busy) >= 0.8", ours / limit, 0.8))
     lines.append("\n### Targets\n")
-    for label, ratio, goal in checks:
-        verdict = "not measured" if ratio != ratio else ("met" if ratio >= goal else "NOT met")
-        lines.append(f"- {label}: {ratio:.2f} ({verdict})")
+    lines.extend(format_targets(Check(label, ratio, goal) for label, ratio, goal in checks))
     return "\n".join(lines)

@@ -8,9 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from nn_handler.bench import annbatch_worker as worker
-from nn_handler.bench.sparse_annbatch import (
+from benchmarks.peers.annbatch import (
     AnnbatchUnavailableError,
     Conversion,
     Row,
@@ -22,6 +20,8 @@ from nn_handler.bench.sparse_annbatch import (
     rates_of,
     vs_annbatch_table,
 )
+
+from benchmarks.peers import annbatch_worker as worker
 
 OLD_PYTHON = sys.version_info < (3, 12)  # the main venv: too old for annbatch
 

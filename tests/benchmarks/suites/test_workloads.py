@@ -3,9 +3,9 @@
 import h5py
 import numpy as np
 import pytest
-
-from nn_handler.bench.workload_suite import _quality, run_workloads
-from nn_handler.bench.workloads import WORKLOADS, make_rows, write_workload
+from benchmarks.registry import PEERS, Peer
+from benchmarks.suites.workload_files import WORKLOADS, make_rows, write_workload
+from benchmarks.suites.workloads import _quality, run_workloads
 
 
 def test_workload_files_hold_row_ids_and_the_layout(tmp_path):
@@ -48,3 +48,32 @@ def test_suite_prints_the_issue_table(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match=r"unknown workloads \['W9'\]; known: W1"):
         run_workloads(["W9"], out=lines.append)
+
+
+def _fake_peer(case, workers):
+    """Batches of ``(x, row ids)`` in file order, as a peer's loader serves them."""
+    if workers:
+        return None  # a peer that only runs in the main process: no row at 2 workers
+    ids = np.arange(case.n)
+    return [(np.zeros((len(b), 1)), b) for b in np.array_split(ids, max(1, case.n // 32))]
+
+
+def test_a_registered_peer_is_timed_in_every_round_at_each_worker_count(tmp_path, monkeypatch):
+    name = "fake peer (test)"
+    monkeypatch.setitem(PEERS, name, Peer(name, "peer", {"workloads": _fake_peer}))
+    lines = []
+    tables = run_workloads(
+        ["W1"],
+        scale=0.003,
+        seconds=0.05,
+        rounds=2,
+        batch_size=32,
+        workers=(0, 2),
+        workdir=str(tmp_path),
+        out=lines.append,
+    )
+    row = tables[0].get(name, 0)
+    assert row is not None and len(row.rates) == 2  # one rate per round, the median reported
+    assert tables[0].get(name, 2) is None
+    assert row.neighbour_corr > 0.99  # file order, as served
+    assert f"| {name} | 0 |" in "\n".join(lines)
