@@ -47,15 +47,11 @@ def _unresolved(path: Path, root: Path = ROOT) -> list[str]:
     ]
 
 
-#: stale mentions in modules another part of issue 43 rewrites (bench/ moves); each must still be
-#: stale, so the entry goes when its module is fixed
-PENDING = {"src/nn_handler/bench/data.py:20: bench_h5_lazy.py"}
 
 
 def test_every_file_named_in_a_docstring_or_comment_exists():
     stale = {entry for path in sorted(SRC.rglob("*.py")) for entry in _unresolved(path)}
-    assert stale - PENDING == set()
-    assert PENDING - stale == set()
+    assert stale == set()
 
 
 def test_a_stale_mention_is_found(tmp_path):

@@ -171,7 +171,6 @@ def test_a_class_missing_a_hook_cannot_be_built(stored):
 
 def test_output_buffer_is_private_memory_outside_workers():
     assert FileDataset._output_buffer((4, 2), np.dtype(np.float32)) is None
-    assert FileDataset._output_buffer((4, 2), np.dtype(np.float32), shared=True) is None
 
 
 @pytest.mark.parametrize("workers", [0, 2])

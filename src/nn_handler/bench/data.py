@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["LAYOUTS", "make_images", "suite_layouts", "write_images", "write_layout_file"]
 
-# The layouts of the original scripts (bench_h5_lazy.py): keep their names and meaning.
+# The layouts of the original scripts (benchmarks/bench_h5_lazy.py): keep their names and meaning.
 LAYOUTS: dict[str, dict[str, Any]] = {
     "contiguous": {},
     "chunked-64": {"chunks": True},
