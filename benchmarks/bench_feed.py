@@ -78,7 +78,7 @@ PERSISTENT = "W1 nw=2, persistent_workers=False (information)"
 Metrics = dict[str, float]
 
 
-# -- pure helpers (tests/test_bench_feed.py) -------------------------------------------------
+# -- pure helpers (tests/benchmarks/test_bench_feed.py) ------------------------------------
 
 
 def non_decreasing(values: Sequence[float]) -> bool:

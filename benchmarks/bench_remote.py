@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="rounds; medians are reported")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
-    from helpers.object_servers import free_port
+    from helpers.object_servers import range_server
 
     with tempfile.TemporaryDirectory() as tmp:
         www = Path(tmp) / "www"
@@ -154,26 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         path = www / "f.h5"
         _write(path, args.n)
         size = path.stat().st_size
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "tests/helpers/object_servers.py"),
-                str(www),
-                str(port),
-                str(args.latency),
-            ],
-            stdout=subprocess.PIPE,
-        )
-        try:
-            assert server.stdout is not None
-            assert server.stdout.readline().strip() == b"ready"
-            url = f"http://127.0.0.1:{port}/f.h5"
+        with range_server(www, latency_s=args.latency) as server:
+            url = server.url("f.h5")
             cache = Path(tmp) / "cache"
             rounds = [_round(path, url, cache, args.n, args.seconds) for _ in range(args.rounds)]
-        finally:
-            server.kill()
-            server.wait()
     print(
         f"{args.n} rows x {WIDTH} float32, gzip chunks of {CHUNK} rows, {size / 1e6:.0f} MB; "
         f"{args.latency * 1000:.0f} ms per request; one ChunkShuffleSampler epoch, batches of "

@@ -15,7 +15,6 @@ every request and (2) moto's S3 server, with:
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from nn_handler._io.storage.remote.failures import RetryPolicy  # noqa: E402
 from nn_handler._io.storage.remote.object_file import RemoteFile  # noqa: E402
 
-from helpers.object_servers import free_port, put_object, s3_server  # noqa: E402
+from helpers.object_servers import put_object, range_server, s3_server  # noqa: E402
 
 SIZE, LENGTH = 64 * 1024**2, 16 * 1024
 
@@ -98,24 +97,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "f.bin").write_bytes(data)
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "tests/helpers/object_servers.py"),
-                tmp,
-                str(port),
-                str(args.latency),
-            ],
-            stdout=subprocess.PIPE,
-        )
-        try:
-            assert server.stdout is not None
-            assert server.stdout.readline().strip() == b"ready"
-            url = f"http://127.0.0.1:{port}/f.bin"
-            store = HTTPStore.from_url(
-                f"http://127.0.0.1:{port}/", client_options={"allow_http": True}
-            )
+        with range_server(Path(tmp), latency_s=args.latency) as server:
+            url = server.url("f.bin")
+            store = HTTPStore.from_url(server.url(""), client_options={"allow_http": True})
             _report(
                 f"HTTP server, {args.latency * 1000:.0f} ms per request",
                 args.ranges,
@@ -127,9 +111,6 @@ def main() -> None:
                     "obstore get_ranges": _obstore(store, "f.bin", args.ranges),
                 },
             )
-        finally:
-            server.kill()
-            server.wait()
     n = max(20, args.ranges // 10)  # moto answers ~35 requests/s on 2 cores
     with s3_server() as options:
         put_object(options, "bkt", "f.bin", data)

@@ -47,8 +47,6 @@ def _unresolved(path: Path, root: Path = ROOT) -> list[str]:
     ]
 
 
-
-
 def test_every_file_named_in_a_docstring_or_comment_exists():
     stale = {entry for path in sorted(SRC.rglob("*.py")) for entry in _unresolved(path)}
     assert stale == set()

@@ -12,7 +12,8 @@ shuffle-quality table and the targets. Our loaders and the tables are the packag
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from nn_handler.bench.contenders import (
     BASELINE,
@@ -24,7 +25,7 @@ from nn_handler.bench.contenders import (
     RANDOM_ORDER,
     Contender,
 )
-from nn_handler.bench.suite import SEQUENTIAL_H5PY, Table, layout_tables, quality_table
+from nn_handler.bench.suite import SEQUENTIAL_H5PY, Table, run_suite
 
 from ..harness import Check, format_targets
 from ..registry import adapters
@@ -46,26 +47,17 @@ def contenders() -> list[Contender]:
     ]
 
 
-def run(
-    n: int = 50_000,
-    seconds: float = 10.0,
-    layouts: Sequence[str] | None = None,
-    batch_size: int = 256,
-    chunk_rows: int = 64,
-    workdir: str | None = None,
-    out: Callable[[str], None] = print,
-) -> list[Table]:
+def run(n: int = 50_000, seconds: float = 10.0, **options: Any) -> list[Table]:
     """Run the suite and print its tables, shuffle quality and targets; return the tables.
 
-    Arguments as ``nn_handler.bench.run_suite``'s.
+    Arguments as ``nn_handler.bench.run_suite``'s, with this suite's contenders (the baseline,
+    the registered peers, our loaders, the registered limits, the one-pass reads).
 
     Raises:
         ValueError: an unknown layout name (the message lists the known ones).
     """
-    tables = layout_tables(
-        contenders(), n, seconds, layouts, batch_size, chunk_rows, workdir=workdir, out=out
-    )
-    out(quality_table(n, chunk_rows, batch_size))
+    out = options.get("out", print)
+    tables = run_suite(n, seconds, contenders=contenders(), **options)
     out(targets(tables))
     return tables
 
@@ -122,5 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     layouts = args.layouts.split(",") if args.layouts else None
-    run(args.n, args.seconds, layouts, args.batch_size, args.chunk_rows, args.workdir)
+    run(
+        args.n,
+        args.seconds,
+        layouts=layouts,
+        batch_size=args.batch_size,
+        chunk_rows=args.chunk_rows,
+        workdir=args.workdir,
+    )
     return 0

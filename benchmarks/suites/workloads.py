@@ -33,7 +33,7 @@ import torch
 
 from nn_handler._validate import usable_cores
 from nn_handler.bench.contenders import X_KEY, Y_KEY
-from nn_handler.bench.timing import machine_line
+from nn_handler.bench.timing import check_names, machine_line
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     H5LazyDataset,
@@ -327,9 +327,7 @@ def run_workloads(
         ValueError: an unknown workload name (the message lists the known ones).
     """
     known = [*WORKLOADS, RANK_CACHE]
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"unknown workloads {unknown!r}; known: {', '.join(known)}")
+    check_names("workloads", names, known)
     out(f"# nn_handler workloads\n\n{machine_line()}\n")
     out(
         f"batches of {batch_size}, {rounds} alternating rounds (median), up to {seconds:g}s per "

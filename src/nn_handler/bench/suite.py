@@ -22,7 +22,7 @@ from ..dataloaders import ChunkShuffleSampler, EpochShuffleSampler
 from .contenders import CONTENDERS, H5PY_LOAD, LIMIT, NAIVE, PRELOAD, Case, Contender
 from .data import make_images, suite_layouts, write_layout_file
 from .quality import shuffle_quality
-from .timing import Result, format_table, machine_line
+from .timing import Result, check_names, format_table, machine_line
 
 __all__ = ["Table", "layout_tables", "quality_table", "run_suite"]
 
@@ -66,6 +66,7 @@ def run_suite(
     chunk_rows: int = 64,
     workdir: str | None = None,
     out: Callable[[str], None] = print,
+    contenders: Sequence[Contender] = CONTENDERS,
 ) -> list[Table]:
     """Run the suite of our loaders and print its tables; return them.
 
@@ -77,12 +78,14 @@ def run_suite(
         chunk_rows: Rows per chunk of the chunked layouts.
         workdir: Directory for the files (default: a temporary one, removed afterwards).
         out: Where text goes.
+        contenders: What is timed on each layout, in row order (default: our loaders and the
+            naive baseline).
 
     Raises:
         ValueError: an unknown layout name (the message lists the known ones).
     """
     tables = layout_tables(
-        CONTENDERS, n, seconds, layouts, batch_size, chunk_rows, workdir=workdir, out=out
+        contenders, n, seconds, layouts, batch_size, chunk_rows, workdir=workdir, out=out
     )
     out(quality_table(n, chunk_rows, batch_size))
     return tables
@@ -108,9 +111,7 @@ def layout_tables(
     """
     known = suite_layouts()
     chosen = list(known) if layouts is None else list(layouts)
-    unknown = [name for name in chosen if name not in known]
-    if unknown:
-        raise ValueError(f"unknown layouts {unknown!r}; known: {', '.join(known)}")
+    check_names("layouts", chosen, known)
     out(f"# nn_handler benchmark suite\n\n{machine_line()}\n")
     out(
         f"N={n} samples of 3x32x32 float32, batch {batch_size}, chunks of {chunk_rows} rows, "

@@ -10,7 +10,7 @@ import itertools
 import os
 import platform
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ __all__ = [
     "Result",
     "batch_len",
     "best_of",
+    "check_names",
     "epochs",
     "format_table",
     "machine_line",
@@ -171,3 +172,14 @@ def machine_line() -> str:
         f"Python {platform.python_version()}, torch {torch.__version__}, "
         f"h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}, numpy {np.__version__}"
     )
+
+
+def check_names(what: str, chosen: Iterable[str], known: Collection[str]) -> None:
+    """Refuse names a suite does not know (``what``: "layouts", "workloads", ...).
+
+    Raises:
+        ValueError: a name of ``chosen`` is not in ``known`` (the message lists the known ones).
+    """
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown!r}; known: {', '.join(known)}")

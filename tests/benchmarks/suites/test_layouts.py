@@ -66,14 +66,9 @@ def test_targets_report_measured_ratios():
 @pytest.mark.slow
 def test_suite_runs_end_to_end_with_limits_and_targets(tmp_path):
     lines = []
+    tiny = {"n": 300, "seconds": 0.05, "batch_size": 32, "chunk_rows": 16}
     tables = run(
-        n=300,
-        seconds=0.05,
-        layouts=["contiguous", "chunked-64+gzip"],
-        batch_size=32,
-        chunk_rows=16,
-        workdir=str(tmp_path),
-        out=lines.append,
+        layouts=["contiguous", "chunked-64+gzip"], workdir=str(tmp_path), out=lines.append, **tiny
     )
     names = [r.name for r in tables[1].rows]
     assert names[0] == "naive per-sample h5py"

@@ -1,5 +1,7 @@
 """The workload suite end to end on tiny files: tables, quality, targets."""
 
+from typing import Any
+
 import h5py
 import numpy as np
 import pytest
@@ -26,20 +28,15 @@ def test_quality_of_served_batches():
     assert per_batch == 2 and corr == pytest.approx(1)
 
 
+#: the smallest workloads that still run every contender: 300 rows, batches of 32
+TINY: dict[str, Any] = {"scale": 0.003, "seconds": 0.05, "batch_size": 32, "workers": (0, 2)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_suite_prints_the_issue_table(tmp_path):
-    lines = []
-    tables = run_workloads(
-        ["W2"],
-        scale=0.003,
-        seconds=0.05,
-        rounds=1,
-        batch_size=32,
-        workers=(0, 2),
-        workdir=str(tmp_path),
-        out=lines.append,
-    )
+    lines: list[str] = []
+    tables = run_workloads(["W2"], rounds=1, workdir=str(tmp_path), out=lines.append, **TINY)
     text = "\n".join(lines)
     assert "## W2: 300 × 3×32×32 float32, chunks of 64 rows, gzip-1 + shuffle" in text
     assert "| ours, worker threads | 2 |" in text and "CPU efficiency" in text
@@ -61,17 +58,8 @@ def _fake_peer(case, workers):
 def test_a_registered_peer_is_timed_in_every_round_at_each_worker_count(tmp_path, monkeypatch):
     name = "fake peer (test)"
     monkeypatch.setitem(PEERS, name, Peer(name, "peer", {"workloads": _fake_peer}))
-    lines = []
-    tables = run_workloads(
-        ["W1"],
-        scale=0.003,
-        seconds=0.05,
-        rounds=2,
-        batch_size=32,
-        workers=(0, 2),
-        workdir=str(tmp_path),
-        out=lines.append,
-    )
+    lines: list[str] = []
+    tables = run_workloads(["W1"], rounds=2, workdir=str(tmp_path), out=lines.append, **TINY)
     row = tables[0].get(name, 0)
     assert row is not None and len(row.rates) == 2  # one rate per round, the median reported
     assert tables[0].get(name, 2) is None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_feed.py"
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_feed.py"
 
 
 @pytest.fixture(scope="module")
