@@ -2,7 +2,7 @@
 
 A chunk-aware sampler reads rows in *windows* of ``blocks`` row blocks. ``batched_loader`` (or
 ``fit_chunk_cache``) turns what the sampler says into one ``WindowPlan`` and hands it to the
-dataset once; the dataset hands it to each of its readers (``plan_readers``):
+dataset once; the dataset hands it to each of its readers (``ChunkedDataset.plan_window``):
 
 * each reader keeps about two windows of decoded chunks (``RowReader.plan_window``), so the
   next window decodes beside the one being served, instead of filling its whole budget;
@@ -14,7 +14,7 @@ dataset once; the dataset hands it to each of its readers (``plan_readers``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,8 @@ from ..._validate import check_positive_int
 
 if TYPE_CHECKING:  # the plan itself is plain data: building one imports no h5py
     from ..file.source import H5Source
-    from .reader import RowReader
 
-__all__ = ["WindowPlan", "block_rows_or_own", "grow_cache", "plan_readers"]
+__all__ = ["WindowPlan", "block_rows_or_own", "grow_cache"]
 
 BORDER_BLOCKS = 2  # a window's rows reach into the blocks at both of its ends
 
@@ -67,23 +66,6 @@ def block_rows_or_own(block_rows: int | None, own_rows: int | None) -> int:
     if block_rows is not None:
         return block_rows
     return own_rows if own_rows is not None else 1
-
-
-def plan_readers(plan: WindowPlan, readers: Sequence[RowReader], own_rows: int | None) -> int:
-    """Hand ``plan`` to each reader; return the cache bytes per key it asks for (0: none).
-
-    Args:
-        plan: The window.
-        readers: Every reader of the dataset (a field's reader: the reader of its records).
-        own_rows: Rows of the dataset's own blocks (its inputs' ``chunk_rows``), for plans
-            without ``block_rows``.
-    """
-    rows = plan.rows(own_rows)
-    for reader in readers:
-        reader.plan_window(rows, plan.blocks)
-    if not plan.fit_cache or not readers:
-        return 0
-    return max(reader.window_cache_nbytes(rows, plan.cache_blocks) for reader in readers)
 
 
 def grow_cache(sources: Iterable[H5Source], nbytes: int) -> None:

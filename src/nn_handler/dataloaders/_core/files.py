@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from ..._io.file.options import FileOptions, resolve_file_options
 from ..._io.file.source import H5Source
-from .._transport import in_worker_process, output_buffer
+from .._transport import output_buffer
 
 __all__ = ["FileDataset"]
 
@@ -75,4 +75,4 @@ class FileDataset(Dataset[T_co], ABC):
         Raises:
             MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
         """
-        return output_buffer(shape, dtype) if in_worker_process() else None
+        return output_buffer(shape, dtype)

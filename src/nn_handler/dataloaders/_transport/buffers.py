@@ -14,14 +14,15 @@ from .shared_memory import in_worker_process, new_shared
 __all__ = ["output_buffer"]
 
 
-def output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
+def output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor | None:
     """An uninitialised tensor for a dataset to write one part of its batch output into.
 
     In a DataLoader worker process it is a free slot of one of the worker's batch rings, so
     the batch reaches the main process as a slot number, without a copy; where no slot is
     free (or the tensor is empty) it is a fresh tensor in shared memory, as
     ``default_collate`` allocates the batches it stacks in workers. Elsewhere (the main
-    process, worker threads) it is a plain tensor in private memory.
+    process, worker threads) None: nothing leaves the process, so the caller reads into
+    private memory as it would anyway.
 
     Args:
         shape: The tensor's shape.
@@ -32,6 +33,6 @@ def output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:
         TypeError: torch has no such dtype.
     """
     if not in_worker_process():
-        return torch.empty(shape, dtype=torch_dtype(dtype))
+        return None
     slot = ring_buffer(shape, torch_dtype(dtype))
     return new_shared(shape, dtype) if slot is None else slot
