@@ -34,7 +34,7 @@ from nn_handler._io.chunks import engine
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
-from nn_handler._io.storage.node_memory import SHM_DIR_ENV
+from nn_handler._io.storage.shm_folder import SHM_DIR_ENV
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,

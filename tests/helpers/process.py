@@ -3,8 +3,11 @@ processes that start together."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from nn_handler._io import process
@@ -22,6 +25,22 @@ def gone_pid(timeout: float = 60) -> int:
     proc.join(timeout=timeout)
     assert proc.pid is not None
     return proc.pid
+
+
+@contextlib.contextmanager
+def process_with_pid(pid: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that runs under ``pid`` while the block runs: a dead holder's pid reused.
+
+    As root, ``ns_last_pid`` hands out the pid; elsewhere the process gets whatever pid comes
+    (the test still shows that nothing waits on a bare pid).
+    """
+    with contextlib.suppress(OSError):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+    with subprocess.Popen(["sleep", "120"]) as proc:
+        try:
+            yield proc
+        finally:
+            proc.kill()
 
 
 def together(

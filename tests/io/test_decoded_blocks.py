@@ -7,6 +7,7 @@ import multiprocessing as mp
 import multiprocessing.forkserver as forkserver
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import torch
 from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks import sources
 from nn_handler._io.chunks.decoded import DecodedBlocks
-from nn_handler._io.storage import node_memory
+from nn_handler._io.storage import shm_folder
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     FileOptions,
@@ -30,7 +31,7 @@ from nn_handler.dataloaders import (
 )
 
 from helpers.files import h5_rows
-from helpers.process import gone_pid
+from helpers.process import process_with_pid
 
 TIMEOUT = 120
 ROWS = 203  # gzip + shuffle chunks of 8 rows: 26 blocks of 96 KiB (2.4 MB decoded)
@@ -48,13 +49,21 @@ def engine_of(ds: H5LazyDataset) -> Any:
 
 @pytest.fixture(autouse=True)
 def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "shm"
-    folder.mkdir()
-    monkeypatch.setenv(node_memory.SHM_DIR_ENV, str(folder))
+    """The user's folder of regions (in a root of this test's own)."""
+    root = tmp_path / "shm"
+    root.mkdir()
+    monkeypatch.setenv(shm_folder.SHM_DIR_ENV, str(root))
     monkeypatch.delenv(decoded_module.BUDGET_ENV, raising=False)
     set_decode_threads(None)
-    yield folder
+    yield Path(shm_folder.user_folder())
     set_decode_threads(None)
+
+
+def regions(folder: Path) -> list[str]:
+    """The regions in the user's folder (not the makers' lock file)."""
+    if not folder.exists():
+        return []
+    return sorted(n for n in os.listdir(folder) if not n.startswith("."))
 
 
 @pytest.fixture
@@ -127,7 +136,7 @@ def test_forkserver_workers_share_one_copy_by_name(
             np.testing.assert_array_equal(xb.numpy(), expected[yb.numpy()])
             ys.append(yb.numpy())
         assert sorted(np.concatenate(ys).tolist()) == list(range(ROWS))  # each sample once
-        assert len(os.listdir(shm)) == 1  # both workers read one region
+        assert len(regions(shm)) == 1  # both workers read one region
 
 
 def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path) -> None:
@@ -135,10 +144,10 @@ def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path)
     engine = engine_of(ds)
     np.testing.assert_array_equal(ds[5].numpy(), h5_rows(gzip_file, "x", [5])[0])
     np.testing.assert_array_equal(ds[[5, 1, 5]].numpy(), h5_rows(gzip_file, "x", [5, 1, 5]))
-    assert engine._decoded.ready() is None and os.listdir(shm) == []
+    assert engine._decoded.ready() is None and regions(shm) == []
     rows = [200, 3, 3, 100, 17]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
-    assert engine._decoded.ready() is not None and len(os.listdir(shm)) == 1
+    assert engine._decoded.ready() is not None and len(regions(shm)) == 1
     np.testing.assert_array_equal(ds[::-1].numpy(), h5_rows(gzip_file, "x")[::-1])
     np.testing.assert_array_equal(ds[10:60].numpy(), h5_rows(gzip_file, "x")[10:60])
 
@@ -228,22 +237,46 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
 def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(decoded_module, "open_region", lambda name, nbytes: None)
+    def no_room(name: str, nbytes: int, description: bytes) -> None:
+        raise shm_folder.RegionError("/dev/shm had 1.0 KiB free for a region of 2 MiB")
+
+    monkeypatch.setattr(decoded_module, "open_region", no_room)
     caplog.set_level(logging.WARNING)
     ds = H5LazyDataset(gzip_file, "x")
     rows = [200, 3, 100, 9]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
     assert engine_of(ds)._decoded is None
-    assert any("no room for its decoded copy" in r.getMessage() for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records if "cannot be shared" in r.getMessage()]
+    assert len(said) == 1 and "1.0 KiB free" in said[0] and "--shm-size" in said[0]
 
 
 def geometry_of(path: Path) -> Any:
     return engine_of(H5LazyDataset(path, "x")).geometry
 
 
-def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path) -> None:
+def _claim_and_die(store: DecodedBlocks, claimed: Any, how: str) -> None:
+    view = store._attach()
+    assert view is not None
+    claimed.put(store._claim(view))
+    if how == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)  # alive, but never goes on: a stalled filler
+    signal.pause()  # killed by the test
+
+
+def _filler(store: DecodedBlocks, how: str) -> tuple[Any, int]:
+    """A forked process that claims the next segment, then is stopped or waits to be killed."""
+    ctx = mp.get_context("fork")
+    claimed = ctx.SimpleQueue()  # (written at once: the filler stops right after)
+    proc = ctx.Process(target=_claim_and_die, args=(store, claimed, how))
+    proc.start()
+    return proc, claimed.get()
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path, named: bool) -> None:
     geometry = geometry_of(gzip_file)
-    store = DecodedBlocks(geometry, "unit", segment_bytes=4 * geometry.block_nbytes)
+    facts = {"unit": "claims"} if named else None
+    store = DecodedBlocks(geometry, facts, segment_bytes=4 * geometry.block_nbytes)
     assert (store.segment_blocks, store.segments) == (4, 7)  # 26 blocks
     view = store._attach()
     assert view is not None
@@ -251,18 +284,52 @@ def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path) -
     store._settle(view, 0, decoded_module._READY)
     store._settle(view, 1, decoded_module._EMPTY)  # a fill that failed: claimed again
     assert store._claim(view) == 1
-    view.owners[1] = gone_pid()  # its filler was killed
-    for k in range(2, 7):
-        assert store._claim(view) == k
-    assert store._claim(view) == 1  # nothing EMPTY: the dead filler's segment is taken over
+    proc, segment = _filler(store, "kill")
+    assert segment == 2
+    proc.kill()  # its filler was killed mid-fill
+    proc.join(TIMEOUT)
+    assert proc.pid is not None
+    with process_with_pid(proc.pid):  # and its pid now names another process
+        for k in range(3, 7):
+            assert store._claim(view) == k
+        assert store._claim(view) == 2  # nothing EMPTY: the dead filler's segment, at once
     assert store._claim(view) is None and not view.complete  # the others: still filling
     for k in range(1, 7):
         store._settle(view, k, decoded_module._READY)
     assert store._claim(view) is None and view.complete
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
+    gzip_file: Path,
+    named: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(decoded_module, "STALL_S", 0.5)
+    geometry = geometry_of(gzip_file)
+    facts = {"unit": "stalls"} if named else None
+    store = DecodedBlocks(geometry, facts, segment_bytes=4 * geometry.block_nbytes)
+    proc, segment = _filler(store, "stop")
+    assert segment == 0
+
+    def fill(first: int, count: int, dest: Any) -> None:
+        dest[...] = np.arange(first, first + count).reshape(-1, *[1] * (dest.ndim - 1))
+
+    caplog.set_level(logging.WARNING)
+    try:
+        blocks = store.complete(fill, lambda first, count: None)
+    finally:
+        proc.kill()
+        proc.join(TIMEOUT)
+    assert blocks is not None
+    np.testing.assert_array_equal(blocks[:, 0, 0, 0, 0], np.arange(geometry.count))
+    said = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+    assert len(said) == 1 and f"process {proc.pid}" in said[0] and "0.5 s" not in said[0]
+
+
 def test_a_fill_that_fails_leaves_its_segment_empty_and_raises(gzip_file: Path) -> None:
-    store = DecodedBlocks(geometry_of(gzip_file), "failing")
+    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"})
     calls: list[int] = []
 
     def fill(first: int, count: int, dest: Any) -> None:
@@ -296,7 +363,8 @@ loader = batched_loader(
 for _epoch in range(2):
     for xb, yb in loader:
         pass
-print(len(os.listdir(os.environ["NN_HANDLER_SHM_DIR"])))
+from nn_handler._io.storage.node_memory import list_regions
+print(len(list_regions()))
 """  # ends without closing the loader or the dataset, as most training scripts do
 
 
@@ -316,4 +384,4 @@ def test_a_script_that_ends_leaves_no_region_behind(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "1"  # the copy its workers read while it ran
-    assert os.listdir(shm) == []  # gone with the last process that used it
+    assert regions(shm) == []  # gone with the last process that used it

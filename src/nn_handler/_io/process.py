@@ -34,16 +34,21 @@ __all__ = [
     "around_fork",
     "collection_paused",
     "holds_h5py_lock",
+    "in_forked_child",
     "join_threads",
     "loop_may_wait_for_h5py",
     "pause_collection_until_h5py_returns",
     "process_alive",
     "process_generation",
+    "process_stamp",
+    "process_started",
+    "started_process_alive",
 ]
 
 T = TypeVar("T")
 
 _generation = 0
+_stamp: tuple[int, tuple[int, int]] = (-1, (0, 0))  # (generation, this process's stamp)
 _make_lock = threading.Lock()
 _paused_lock = threading.Lock()
 _paused = 0  # pauses now in force (threads inside collection_paused(), handed-over pauses)
@@ -77,6 +82,40 @@ def process_alive(pid: int) -> bool:
     except OSError:  # no /proc (not Linux), or it ended meanwhile: what kill said
         return True
     return state not in ([b"Z"], [b"X"])
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot), or None where nobody can tell.
+
+    A pid is reused once its process is gone; a pid together with its start time names one
+    process for the life of the machine (``started_process_alive``).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[19])  # field 22, counted after the command's closing parenthesis
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_stamp() -> tuple[int, int]:
+    """This process as (pid, start time; 0 where unknown): what names it while it lives."""
+    global _stamp
+    if _stamp[0] != _generation:
+        pid = os.getpid()
+        _stamp = (_generation, (pid, process_started(pid) or 0))
+    return _stamp[1]
+
+
+def started_process_alive(pid: int, started: int | None) -> bool:
+    """Whether the process that was ``pid`` when it started at ``started`` still runs.
+
+    False once ``pid`` belongs to another process (reused); with ``started`` None (unknown
+    where it was recorded), as ``process_alive``.
+    """
+    if not process_alive(pid):
+        return False
+    return started is None or process_started(pid) in (None, started)
 
 
 @contextlib.contextmanager
@@ -210,6 +249,8 @@ def _resume() -> None:
 def _after_fork_in_child() -> None:
     global _collecting_loop, _generation, _make_lock, _paused, _paused_lock
     _generation += 1
+    for hook in _in_forked_child:
+        hook()
     _collecting_loop = None  # the thread that collected, if any, is not in this process
     # a thread of the parent may have held them at fork time; it does not exist here
     _make_lock = threading.Lock()
@@ -236,6 +277,7 @@ def _stop_watcher_before_fork() -> None:
 
 _before_fork: list[Callable[[], None]] = [_stop_watcher_before_fork]
 _after_fork_in_parent: list[Callable[[], None]] = []
+_in_forked_child: list[Callable[[], None]] = []
 
 
 def around_fork(before: Callable[[], None], after_in_parent: Callable[[], None]) -> None:
@@ -246,6 +288,17 @@ def around_fork(before: Callable[[], None], after_in_parent: Callable[[], None])
     """
     _before_fork.append(before)
     _after_fork_in_parent.append(after_in_parent)
+
+
+def in_forked_child(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` in every child this process forks, first thing (and in theirs).
+
+    For holders of descriptors that carry a lock (``storage/locks.py``): a forked child shares
+    its parent's open file descriptions, so an inherited descriptor left open would keep the
+    parent's locks alive after the parent dies. The hook closes them in the child (the parent's
+    own descriptors, and so its locks, are untouched).
+    """
+    _in_forked_child.append(hook)
 
 
 def join_threads(threads: Iterable[threading.Thread], timeout: float) -> bool:

@@ -1,4 +1,4 @@
-"""The ``nn-handler`` command: ``inspect``, ``rewrite``, ``bench`` and ``demo``.
+"""The ``nn-handler`` command: ``inspect``, ``rewrite``, ``bench``, ``demo`` and ``regions``.
 
 Exit codes: 0 success, 2 bad usage (argparse), 1 errors. Errors print one line without a
 traceback unless ``--debug`` is given. Every subcommand is built from the public library API.
@@ -17,6 +17,7 @@ from .._inspect.values import safe_text
 from ._bench import add_bench, format_bench
 from ._demo import add_demo
 from ._inspect import add_inspect, format_report
+from ._regions import add_regions
 from ._rewrite import add_rewrite
 
 __all__ = ["format_bench", "format_report", "main"]
@@ -67,4 +68,5 @@ def _build_parser() -> argparse.ArgumentParser:
     add_rewrite(sub, common)
     add_demo(sub, common)
     add_bench(sub, common)
+    add_regions(sub, common)
     return parser

@@ -6,20 +6,31 @@ serve one row) unless the decoded dataset stays in memory. When it fits the deco
 node memory (``storage/node_memory.py``), and every later read is one gather from it: a node's
 DataLoader workers and ranks share one copy, and later epochs decode nothing.
 
+A region is found by a name that is a hash of its *description*: the source file's identity
+(device, inode, size, mtime and ctime in ns), the dataset (key, shape, dtype, filters) and this
+module's layout. The region's header holds the description itself and is compared byte for byte
+before the region is used; every read also checks that the file is still the one described
+(``H5Source.check_unchanged``), so a region never serves another version of the file.
+
 The pass is shared by every process that reads. The region holds a state per *segment* (a run
-of consecutive blocks, ~16 MiB decoded): EMPTY, LOADING (with its filler's pid) or READY. A
-reader claims the next EMPTY segment in file order (under the region's lock), has the engine fill
-it (the decode pool, the raw bytes read in spans, the next segment's bytes read ahead), marks it
-READY and claims the next; once none is EMPTY it waits for the ones still LOADING, and takes over
-any whose filler died. A fill that fails sets its segment back to EMPTY and raises in the reader:
-a damaged chunk is an error in every process that reaches it, never a gap.
+of consecutive blocks, ~16 MiB decoded): EMPTY, LOADING (with its filler) or READY. A reader
+claims the next EMPTY segment in file order (under the region's lock), has the engine fill it
+(the decode pool, the raw bytes read in spans, the next segment's bytes read ahead), marks it
+READY and claims the next; once none is EMPTY it waits for the ones still LOADING. A filler is
+known by a lock it holds on the region (by its pid and start time in memory shared with forked
+processes only), never by a bare pid: a segment whose filler is gone is taken over at once, and
+one that makes no progress for ``STALL_S`` seconds (a filler stopped, or stuck on a dead disk)
+is filled by the waiting reader itself, said once. A fill that fails sets its segment back to
+EMPTY and raises in the reader: a damaged chunk is an error in every process that reaches it,
+never a gap.
 
 The budget: ``FileOptions.decoded_budget`` (``decoded_budget=`` on every dataset), else
 ``NN_HANDLER_DECODED_BUDGET`` (bytes; ``"4GiB"`` style accepted), else half of the memory this
-process may still fill (``MemAvailable``, or less where its cgroup ends first) and the node's
-decoded copies already hold. It bounds all the node's decoded copies together, checked when a
-dataset is opened and again when its copy is made; a dataset whose copy another process made is
-joined whatever the budget (but 0: never).
+process may still fill (``MemAvailable``, or less where its cgroup ends first) and what the
+user's live decoded copies on the node already hold. It bounds all of them together, checked
+when a dataset is opened and again when its copy is made; a dataset whose copy another process
+made is joined whatever the budget (but 0: never). Regions of other users, and of jobs that are
+gone, never count.
 """
 
 from __future__ import annotations
@@ -38,31 +49,40 @@ import numpy as np
 
 from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
-from ..process import PerProcess, process_alive
+from ..process import PerProcess, process_stamp
 from ..storage.node_memory import (
     Region,
     anonymous_region,
     node_regions_bytes,
     open_region,
+    pin,
+)
+from ..storage.shm_folder import (
+    RegionError,
+    region_exists,
     shm_dir,
     shm_room,
-    sweep_at_exit,
+    usable_folder,
 )
 from .sources import Geometry
 
 __all__ = [
     "BUDGET_ENV",
+    "STALL_S",
     "DecodedBlocks",
     "decoded_budget",
     "fits_budget",
     "plan_decoded",
-    "region_name",
+    "source_facts",
 ]
 
 BUDGET_ENV = "NN_HANDLER_DECODED_BUDGET"
+#: seconds a reader waits without progress on segments other processes fill, then fills them
+STALL_S = 30.0
 _SEGMENT_BYTES = 16 * 1024**2  # decoded bytes claimed at once by one process
 _WAIT_S = 0.002  # between two looks at segments another process is filling
 _AHEAD = 3  # segments past the one being filled whose raw bytes are read ahead
+_LAYOUT = 2  # this module's layout of a region (in every description)
 _EMPTY, _LOADING, _READY = 0, 1, 2
 _log = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -76,8 +96,8 @@ Advise = Callable[[int, int], None]
 def decoded_budget(option: int | None) -> int:
     """The decoded budget in bytes (see the module docstring): every decoded copy of the node.
 
-    The default is half of the memory this process may still fill plus what the node's decoded
-    copies already hold: half of it, all copies together.
+    The default is half of the memory this process may still fill plus what the user's live
+    decoded copies on the node already hold: half of it, all copies together.
 
     Raises:
         ValueError: ``NN_HANDLER_DECODED_BUDGET`` is set to something that is not a size.
@@ -100,12 +120,11 @@ def fits_budget(size: int, option: int | None) -> bool:
     return budget > 0 and size + node_regions_bytes() <= budget
 
 
-def region_name(identity: dict[str, Any], path: str, key: str, geometry: Geometry) -> str:
-    """The name of a dataset's region: the same bytes, the same blocks, the same name."""
-    facts = [identity, path, key, geometry.length, list(geometry.row_shape)]
-    facts += [geometry.dtype.str, geometry.block_rows, 1]  # (1: this module's layout)
-    text = json.dumps(facts, sort_keys=True, default=str)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+def source_facts(
+    identity: dict[str, Any], path: str, key: str, filters: list[Any]
+) -> dict[str, Any]:
+    """What a region's description says of its source: the file as it is and the dataset."""
+    return {"file": {"path": path, **identity}, "key": key, "filters": filters}
 
 
 @dataclass
@@ -114,10 +133,26 @@ class _View:
 
     region: Any  # Region or the anonymous one
     states: np.ndarray[Any, Any]
-    owners: np.ndarray[Any, Any]
+    pids: np.ndarray[Any, Any]  # each LOADING segment's filler: pid and start time
+    started: np.ndarray[Any, Any]
     blocks: np.ndarray[Any, Any]  # (count, block_rows, *row_shape)
     complete: bool = False
     advised: set[int] = field(default_factory=set)  # segments whose bytes this process asked for
+
+
+class _Progress:
+    """Whether the segments' states have changed in the last ``STALL_S`` seconds."""
+
+    def __init__(self, states: np.ndarray[Any, Any]) -> None:
+        self._states = states
+        self._seen = states.tobytes()
+        self._since = time.monotonic()
+
+    def stalled(self) -> bool:
+        now, seen = time.monotonic(), self._states.tobytes()
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        return now - self._since > STALL_S
 
 
 class DecodedBlocks:
@@ -125,8 +160,9 @@ class DecodedBlocks:
 
     Args:
         geometry: The dataset's blocks.
-        name: The region's name (``region_name``), or None for memory shared only with
-            processes forked from this one (a file object; no room in ``/dev/shm``).
+        facts: What the region's description says of the source (``source_facts``), or None
+            for memory shared only with processes forked from this one (a file object; no
+            room in ``/dev/shm``).
         where: The dataset and its file, for messages.
         option: ``FileOptions.decoded_budget``: the budget is checked again when the region is
             made (other datasets may have taken memory since).
@@ -136,26 +172,37 @@ class DecodedBlocks:
     def __init__(
         self,
         geometry: Geometry,
-        name: str | None,
+        facts: dict[str, Any] | None,
         where: str = "",
         option: int | None = None,
         segment_bytes: int = _SEGMENT_BYTES,
     ) -> None:
         self.geometry = geometry
-        self.name = name
         self.option = option
         self.where = where or f"dataset {geometry.key!r} of {geometry.path!r}"
         self.segment_blocks = max(1, segment_bytes // max(1, geometry.block_nbytes))
         self.segments = -(-geometry.count // self.segment_blocks)
-        self._owners_at = -(-self.segments // 8) * 8
-        self._arena_at = -(-(self._owners_at + 4 * self.segments) // 64) * 64
+        self._pids_at = -(-self.segments // 8) * 8
+        self._started_at = self._pids_at + -(-4 * self.segments // 8) * 8
+        self._arena_at = -(-(self._started_at + 8 * self.segments) // 64) * 64
         self.nbytes = self._arena_at + geometry.count * geometry.block_nbytes
-        self._tree = anonymous_region(self.nbytes) if name is None else None
+        self.description = None if facts is None else self._describe(facts)
+        self.name = None if self.description is None else _name_of(self.description)
+        self._tree = anonymous_region(self.nbytes) if facts is None else None
         self._view: PerProcess[_View] = PerProcess()
-        if name is not None:
-            # the process that builds the dataset outlives its workers (which may be the only
-            # users of the region, and end without releasing it): it unlinks what is left
-            sweep_at_exit()
+        # the process that builds the dataset keeps its region while the dataset lives there:
+        # DataLoader workers that end with each epoch find it again the next epoch
+        self._pin = None if self.name is None else pin(self.name)
+        if self._pin is not None:
+            weakref.finalize(self, self._pin.release)
+
+    def _describe(self, facts: dict[str, Any]) -> bytes:
+        g = self.geometry
+        layout = {
+            "shape": [g.length, *g.row_shape], "dtype": g.dtype.str, "block_rows": g.block_rows,
+            "segment_blocks": self.segment_blocks, "nbytes": self.nbytes, "version": _LAYOUT,
+        }  # fmt: skip
+        return json.dumps({"source": facts, "layout": layout}, sort_keys=True).encode()
 
     @property
     def usable(self) -> bool:
@@ -170,7 +217,7 @@ class DecodedBlocks:
     def begun(self) -> bool:
         """True when some process has started the pass (this process then joins it at once)."""
         if self.name is not None:
-            return os.path.exists(_path(self.name))
+            return region_exists(self.name)
         view = self._attach()
         return view is not None and bool(np.any(view.states != _EMPTY))
 
@@ -183,8 +230,9 @@ class DecodedBlocks:
         view = self._attach()
         if view is None:
             return None
+        progress = _Progress(view.states)
         while not view.complete:
-            segment = self._claim(view)
+            segment = self._claim(view, progress.stalled())
             if segment is None:
                 time.sleep(_WAIT_S)  # the rest is being filled by other processes
                 continue
@@ -208,26 +256,45 @@ class DecodedBlocks:
             raise
         self._settle(view, segment, _READY)
 
-    def _claim(self, view: _View) -> int | None:
-        """The next segment to fill (EMPTY, or LOADING by a process that died), or None."""
+    def _claim(self, view: _View, stalled: bool = False) -> int | None:
+        """The next segment to fill (EMPTY, or LOADING by a filler gone or stalled), or None."""
         with view.region.lock():
-            states, owners = view.states, view.owners
+            states = view.states
             empty = np.flatnonzero(states == _EMPTY)
             if empty.size:
                 segment = int(empty[0])
             else:
                 loading = np.flatnonzero(states == _LOADING).tolist()
-                dead = [s for s in loading if not process_alive(int(owners[s]))]
-                if not dead:
+                gone = [s for s in loading if not self._filler_alive(view, s)]
+                if not gone and not (loading and stalled):
                     view.complete = not loading  # (read under the lock: the blocks are whole)
                     return None
-                segment = dead[0]
-            states[segment], owners[segment] = _LOADING, os.getpid()
+                segment = gone[0] if gone else loading[0]
+                if not gone:
+                    self._say_stalled(view, segment)
+            states[segment] = _LOADING
+            view.pids[segment], view.started[segment] = process_stamp()
+            view.region.hold_fill(segment)
             return segment
 
+    def _filler_alive(self, view: _View, segment: int) -> bool:
+        pid, started = int(view.pids[segment]), int(view.started[segment])
+        return bool(view.region.filler_alive(segment, pid, started))
+
     def _settle(self, view: _View, segment: int, state: int) -> None:
+        """Mark ``segment`` READY, or EMPTY again unless another filler took it over."""
         with view.region.lock():
-            view.states[segment] = state
+            mine = (int(view.pids[segment]), int(view.started[segment])) == process_stamp()
+            if state == _READY or mine:
+                view.states[segment] = state
+            view.region.drop_fill(segment)
+
+    def _say_stalled(self, view: _View, segment: int) -> None:
+        _say_once(
+            f"{self.where} stalled",
+            f"segment {segment} of its decoded copy made no progress for {STALL_S:.0f} s while "
+            f"process {int(view.pids[segment])} filled it: this process decodes it itself",
+        )
 
     def _attach(self) -> _View | None:
         view = self._view.peek()
@@ -239,40 +306,44 @@ class DecodedBlocks:
         region = self._tree if self.name is None else self._open()
         if region is None:
             empty = np.zeros(0, np.uint8)
-            return _View(None, empty, empty, empty.reshape(0, *self._block_shape()))
-        memory = region.payload
-        states = memory[: self.segments]
-        owners = memory[self._owners_at : self._owners_at + 4 * self.segments].view(np.int32)
+            blocks = empty.reshape(0, *self._block_shape())
+            return _View(None, empty, empty, empty, blocks)
+        memory, segments = region.payload, self.segments
+        states = memory[:segments]
+        pids = memory[self._pids_at : self._pids_at + 4 * segments].view(np.int32)
+        started = memory[self._started_at : self._started_at + 8 * segments].view(np.int64)
         arena = memory[self._arena_at : self.nbytes].view(self.geometry.dtype)
-        view = _View(region, states, owners, arena.reshape(-1, *self._block_shape()))
+        view = _View(region, states, pids, started, arena.reshape(-1, *self._block_shape()))
         if isinstance(region, Region):
             weakref.finalize(view, region.release)
         return view
 
     def _open(self) -> Region | None:
         assert self.name is not None
+        assert self.description is not None
         size = self.geometry.count * self.geometry.block_nbytes
-        if not os.path.exists(_path(self.name)) and not fits_budget(size, self.option):
+        if not region_exists(self.name) and not fits_budget(size, self.option):
+            others = node_regions_bytes()
             _say_once(
                 self.where,
                 f"its decoded copy ({format_bytes(size)}) no longer fits the decoded budget "
-                f"({format_bytes(decoded_budget(self.option))}, with the node's other copies): "
-                "its window of chunks serves it",
+                f"({format_bytes(decoded_budget(self.option))}) beside the other decoded copies "
+                f"this user holds on the node ({format_bytes(others)}): its window of chunks "
+                "serves it",
             )
             return None
         try:
-            region = open_region(self.name, self.nbytes)
-        except OSError as exc:
-            _say_once(self.where, f"its decoded copy cannot be shared ({exc})")
-            return None
-        if region is None:
+            return open_region(self.name, self.nbytes, self.description)
+        except RegionError as exc:
+            remedy = "; give the node more shared memory (docker run --shm-size=...)"
             _say_once(
                 self.where,
-                f"{shm_dir()} has no room for its decoded copy ({format_bytes(self.nbytes)}, "
-                f"{format_bytes(shm_room())} free): each process decodes what it reads; give "
-                "the node more shared memory (docker run --shm-size=...)",
+                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it"
+                f"{remedy if 'free for a region' in str(exc) else ''}",
             )
-        return region
+        except OSError as exc:
+            _say_once(self.where, f"its decoded copy cannot be shared ({exc})")
+        return None
 
     def _block_shape(self) -> tuple[int, ...]:
         return (self.geometry.block_rows, *self.geometry.row_shape)
@@ -281,41 +352,60 @@ class DecodedBlocks:
         # anonymous memory reaches forked processes only: a pickled copy goes without it
         state = dict(self.__dict__)
         state["_tree"] = None
+        state["_pin"] = None  # (the process that built the dataset keeps the region)
         return state
 
 
 def plan_decoded(
-    geometry: Geometry, name: str | None, option: int | None, where: str
+    geometry: Geometry, facts: dict[str, Any] | None, option: int | None, where: str
 ) -> DecodedBlocks | None:
     """A ``DecodedBlocks`` for a dataset whose decoded size fits the budget, else None.
 
     Args:
         geometry: The dataset's blocks.
-        name: Its region's name (``region_name``), or None: memory shared with forked
-            processes only (also where the node's shared memory has no room; said once).
+        facts: What its region's description says of the source (``source_facts``), or None:
+            memory shared with forked processes only (also where the node's shared memory has
+            no room, or the user's folder of regions cannot be trusted; said once).
         option: ``FileOptions.decoded_budget``.
         where: The dataset and its file, for messages.
     """
     size = geometry.count * geometry.block_nbytes
     if decoded_budget(option) == 0:
         return None  # never, even where another process made it
-    if name is not None and os.path.exists(_path(name)):
-        return DecodedBlocks(geometry, name, where, option)  # another process made it: join it
+    named = None if facts is None else DecodedBlocks(geometry, facts, where, option)
+    if named is not None and region_exists(str(named.name)):
+        return named  # another process made it: join it
     if not fits_budget(size, option):
         return None
-    if name is not None and shm_room() < size:
+    if named is not None and _shareable(size, where):
+        return named
+    return DecodedBlocks(geometry, None, where, option)
+
+
+def _shareable(size: int, where: str) -> bool:
+    """True when the node can share a decoded copy of ``size`` bytes by name (else said once)."""
+    unusable = usable_folder()
+    if unusable is not None:
         _say_once(
             where,
-            f"{shm_dir()} has {format_bytes(shm_room())} free, less than the decoded dataset "
+            "its decoded copy is shared with forked workers only, not with the node's other "
+            f"processes: {unusable}",
+        )
+        return False
+    room = shm_room()
+    if room < size:
+        _say_once(
+            where,
+            f"{shm_dir()} has {format_bytes(room)} free, less than the decoded dataset "
             f"({format_bytes(size)}): it is shared with forked workers only, not with the "
             "node's other ranks; give the node more shared memory (docker run --shm-size=...)",
         )
-        name = None
-    return DecodedBlocks(geometry, name, where, option)
+        return False
+    return True
 
 
-def _path(name: str) -> str:
-    return os.path.join(shm_dir(), f"nn_handler-{name}")
+def _name_of(description: bytes) -> str:
+    return hashlib.blake2b(description, digest_size=16).hexdigest()
 
 
 def _say_once(what: str, message: str) -> None:

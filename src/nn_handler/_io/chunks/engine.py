@@ -37,7 +37,7 @@ import numpy as np
 from ..file.source import H5Source
 from ..indices import IndexArray, plan_pieces
 from ..process import PerProcess
-from .decoded import DecodedBlocks, decoded_budget, plan_decoded, region_name
+from .decoded import DecodedBlocks, decoded_budget, plan_decoded, source_facts
 from .order_cost import RandomOrderCost, random_order_advice
 from .pool import decode_threads, run_parallel, submit
 from .sources import BlockSource, Geometry
@@ -123,9 +123,8 @@ class ChunkEngine:
         if order is None:
             return None
         g = self.geometry
-        budget = None if self.file.is_remote else order.budget
         return random_order_advice(
-            g.path, g.count * g.block_nbytes, budget, g.block_rows, g.row_nbytes
+            g.path, g.count * g.block_nbytes, order.budget, g.block_rows, g.row_nbytes
         )
 
     def _plan_decoded(self) -> DecodedBlocks | None:
@@ -139,12 +138,12 @@ class ChunkEngine:
             return None
         if geometry.count * geometry.block_nbytes < _DECODED_MIN_BYTES:
             return None
-        identity = file.identity
-        name = None
+        identity, facts = file.identity, None
         if identity is not None:
-            name = region_name(identity.as_record(), file.path, geometry.key, geometry)
+            filters = [list(f) for f in geometry.filters]
+            facts = source_facts(identity.as_record(), file.path, geometry.key, filters)
         where = f"dataset {geometry.key!r} of {file.path!r}"
-        return plan_decoded(geometry, name, file.options.decoded_budget_bytes, where)
+        return plan_decoded(geometry, facts, file.options.decoded_budget_bytes, where)
 
     def _watch_order(self) -> RandomOrderCost | None:
         """A watch for random orders, for a dataset read through a window too small for it."""
@@ -156,7 +155,8 @@ class ChunkEngine:
             return None  # the window holds every block: each is decoded once
         if file.may_grow or file.swmr_mode:
             return None
-        return RandomOrderCost(geometry, decoded_budget(file.options.decoded_budget_bytes))
+        budget = None if file.is_remote else decoded_budget(file.options.decoded_budget_bytes)
+        return RandomOrderCost(geometry, budget)
 
     def _ready(self) -> np.ndarray[Any, Any] | None:
         """The whole decoded copy, once this process knows it complete; else None."""

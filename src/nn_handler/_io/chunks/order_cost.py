@@ -43,10 +43,11 @@ class RandomOrderCost:
 
     Args:
         geometry: The dataset's blocks (a block: the chunks that hold ``block_rows`` rows).
-        budget: The decoded budget it exceeds, in bytes.
+        budget: The decoded budget it exceeds, in bytes; None for a URL (never decoded whole,
+            whatever the budget: a pass would fetch the whole object).
     """
 
-    def __init__(self, geometry: Geometry, budget: int) -> None:
+    def __init__(self, geometry: Geometry, budget: int | None) -> None:
         self.geometry = geometry
         self.budget = budget
         self._said = np.frombuffer(shared_memory(1), np.uint8)  # shared with forked workers
@@ -62,12 +63,18 @@ class RandomOrderCost:
     def message(self, per_row: float) -> str:
         """The warning for ``per_row`` chunk decodes per sample."""
         g = self.geometry
+        if self.budget is None:
+            why, more = "it is read over a URL (never decoded whole)", ""
+        else:
+            why = (
+                f"its decoded size ({format_bytes(g.count * g.block_nbytes)}) exceeds the "
+                f"decoded budget ({format_bytes(self.budget)})"
+            )
+            more = "; or raise the budget (decoded_budget=, NN_HANDLER_DECODED_BUDGET)"
         return (
-            f"dataset {g.key!r} of {g.path!r} is read in a random order, and its decoded size "
-            f"({format_bytes(g.count * g.block_nbytes)}) exceeds the decoded budget "
-            f"({format_bytes(self.budget)}): each sample costs a chunk decode ({per_row:.2f} "
-            f"decodes of {g.block_rows} rows per sample). {_fixes(g.path, g.row_nbytes)}; or "
-            "raise the budget (decoded_budget=, NN_HANDLER_DECODED_BUDGET)"
+            f"dataset {g.key!r} of {g.path!r} is read in a random order, and {why}: each sample "
+            f"costs a chunk decode ({per_row:.2f} decodes of {g.block_rows} rows per sample). "
+            f"{_fixes(g.path, g.row_nbytes)}{more}"
         )
 
     def __getstate__(self) -> dict[str, object]:

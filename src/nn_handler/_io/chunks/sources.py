@@ -64,6 +64,8 @@ class Geometry:
     row_shape: tuple[int, ...]
     dtype: np.dtype[Any]
     block_rows: int
+    #: the filter pipeline: (filter id, its values) each, in order (what a region records)
+    filters: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def count(self) -> int:

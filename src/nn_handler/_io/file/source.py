@@ -33,6 +33,7 @@ from ..errors import (
 from ..process import PerProcess
 from ..storage.byte_source import ByteSource, LocalFile
 from ..storage.identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
+from ..storage.region_sweep import sweep_now_and_then
 from ..storage.remote.file_object import SourceFile
 from ..storage.remote.urls import is_url
 from .options import FileOptions
@@ -269,6 +270,8 @@ class H5Source:
 
     def _open(self) -> _OpenFile:
         load_plugins()
+        # what killed jobs left in node memory goes when any process of the node opens a file
+        sweep_now_and_then()
         target: Any = self._fileobj if self._fileobj is not None else self.path
         if self._remote is not None:  # h5py reads the metadata through the same (cached) bytes
             target = SourceFile(self._remote)

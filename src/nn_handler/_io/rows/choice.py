@@ -86,7 +86,10 @@ def block_source(
     chunks = tuple(int(c) for c in dset.chunks)
     if shape[0] == 0 or dset.dtype.itemsize * math.prod(shape[1:]) == 0:
         return None
-    geometry = Geometry(source.path, dset.name, shape[0], shape[1:], dset.dtype, chunks[0])
+    plist = dset.id.get_create_plist()
+    stages = (plist.get_filter(i) for i in range(plist.get_nfilters()))
+    filters = tuple((int(f[0]), tuple(int(v) for v in f[2])) for f in stages)
+    geometry = Geometry(source.path, dset.name, shape[0], shape[1:], dset.dtype, chunks[0], filters)
     pipeline = pipeline_for(dset) if decode else None
     if pipeline is None:
         return H5pyBlocks(geometry)

@@ -1,10 +1,15 @@
-"""Which file we built a dataset from: a cheap identity (size, mtime, inode, device) to compare.
+"""Which file we built a dataset from: a cheap identity (size, mtime, ctime, inode, device).
 
 Byte offsets, chunk tables and lengths are computed once, from the file as it was when the
 dataset was built, and then used in every process for the whole run. A file rewritten, replaced
 or truncated at the same path makes them wrong, so each process compares the file it opens (and,
 before each batch, the file it reads) with the identity recorded at build time. One ``fstat`` is
 about a microsecond.
+
+The status-change time (ctime) is part of it: a file rewritten in place keeps its size and can
+be given its old modification time back (``touch -r``, ``rsync -t``, a restore, a file system
+with coarse timestamps), but no user can set its ctime back. A ``chmod`` or a new hard link
+changes it too: rare while a loader reads, and then an error to rebuild, never stale bytes.
 
 A file held open by a SWMR writer may grow (the writer appends); it may not shrink or become
 another file. Every other change is an error that names the file.
@@ -22,17 +27,21 @@ __all__ = ["FileIdentity", "ObjectVersion", "SourceIdentity", "check_identity", 
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """Size, modification time (ns), inode and device of one file."""
+    """Size, modification and status-change times (ns), inode and device of one file."""
 
     size: int
     mtime_ns: int
     ino: int
     dev: int
+    ctime_ns: int = 0
 
     @classmethod
     def of_stat(cls, st: os.stat_result) -> FileIdentity:
         """The identity of a ``stat`` result."""
-        return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev))
+        return cls(
+            int(st.st_size), int(st.st_mtime_ns), int(st.st_ino), int(st.st_dev),
+            int(st.st_ctime_ns),
+        )  # fmt: skip
 
     @classmethod
     def of_path(cls, path: str) -> FileIdentity:
@@ -40,8 +49,11 @@ class FileIdentity:
         return cls.of_stat(os.stat(path))
 
     def as_record(self) -> dict[str, int]:
-        """The identity as a JSON-able dict (``size``, ``mtime_ns``, ``ino``, ``dev``)."""
-        return {"size": self.size, "mtime_ns": self.mtime_ns, "ino": self.ino, "dev": self.dev}
+        """The identity as a JSON-able dict (size, times in ns, inode and device)."""
+        return {
+            "size": self.size, "mtime_ns": self.mtime_ns, "ino": self.ino, "dev": self.dev,
+            "ctime_ns": self.ctime_ns,
+        }  # fmt: skip
 
     @property
     def file_key(self) -> tuple[int, int]:
@@ -63,6 +75,7 @@ class FileIdentity:
             and st.st_mtime_ns == self.mtime_ns
             and st.st_ino == self.ino
             and st.st_dev == self.dev
+            and st.st_ctime_ns == self.ctime_ns
         )
 
 
@@ -136,4 +149,9 @@ def _describe(old: FileIdentity, new: FileIdentity) -> str:
         changes.append(f"size {old.size} -> {new.size} bytes")
     if old.mtime_ns != new.mtime_ns:
         changes.append("modified")
+    elif old.same_file(new) and old.ctime_ns != new.ctime_ns:
+        changes.append(
+            "its status changed with the same size and modification time: rewritten in place "
+            "with its old time put back, or its permissions or links changed"
+        )
     return ", ".join(changes)

@@ -1,129 +1,166 @@
-"""Memory every process of a node maps by name: a file in ``/dev/shm``, freed by its last user.
+"""Memory the processes of a node map by name: files in the user's own folder of ``/dev/shm``.
 
 A decoded dataset (``chunks/decoded.py``) lives in a ``Region``, so that the DataLoader workers
-and the ranks of a node share one copy. A region is made whole before anyone sees it: its file
-is created under a temporary name, given all its memory at once (``posix_fallocate``: a tmpfs
-without room fails there, cleanly, never later with SIGBUS on a write), and then linked to its
-name. A process that opens a region by name therefore finds it whole, or not at all.
+and the ranks of a node share one copy. On a shared node a region is trusted only when it
+proves what it is:
 
-Each map of a region records its process's pid in the region's table of users (under the
-region's lock, ``flock`` on a descriptor of its own); ``release`` takes that entry out, and the
-last live user unlinks the name (its memory goes when the last map of it goes). A region whose users
-were all killed is unlinked by the next process that makes a region (``_collect_dead``), and by
-every process that used a region, or built a dataset that may use one, when it ends (DataLoader
-workers end without releasing theirs; the process that started them outlives them).
+* **Only the user's own**, in a folder only the user can enter (``shm_folder.py``).
+* **Made whole, then named.** A region is made nameless (``O_TMPFILE``), given all its memory
+  at once (``posix_fallocate``: a tmpfs without room fails there, cleanly, never later with
+  SIGBUS on a write), given its header, and only then linked to its name. The header holds
+  what the region is for (a *description*: the source file's identity, the dataset, the
+  layout); a region whose header is not exactly what the opener expects is never used.
+* **Users the kernel vouches for.** Each process that maps a region holds a shared lock on its
+  byte ``USERS`` (an OFD lock, ``locks.py``: it dies with the process, whatever kills it, and
+  means the same across pid namespaces, where a pid does not). The process that builds a
+  dataset *pins* its region's name while the dataset lives there (``pin``), so DataLoader
+  workers that end with each epoch find it again the next. A region that no one uses or pins
+  is unlinked by its last user, or by a sweep (``region_sweep.py``); tmpfs frees its memory
+  once the last map goes too.
+* **One maker.** Makers of one name take turns (``shm_folder.turn``), so two processes starting
+  together share one region instead of each giving up for lack of room.
 
-Where ``/dev/shm`` (``NN_HANDLER_SHM_DIR``) is missing, not writable or too small (a container's
-64 MiB), ``anonymous_region`` gives memory shared only with processes forked afterwards.
+Each region's byte ``_MUTEX`` is its lock for the state its users keep in it (``Region.lock``);
+the bytes from ``_FILLS`` on say who fills what (``Region.hold_fill``).
+
+Named regions need Linux (``O_TMPFILE``, OFD locks). Elsewhere, and where the user's folder is
+missing, not the user's or too small (a container's 64 MiB), ``anonymous_region`` gives memory
+shared only with processes forked afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import multiprocessing
 import os
+import struct
 import threading
 from collections.abc import Iterator
-from multiprocessing.util import Finalize
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..process import process_alive, process_generation
+from ..._validate import format_bytes
+from ..process import process_generation, started_process_alive
+from . import locks
 from .byte_source import shared_file_memory, shared_memory
+from .region_sweep import hold, sweep, sweep_name
+from .shm_folder import (
+    PINS,
+    USERS,
+    RegionError,
+    folder,
+    open_file,
+    open_locks,
+    region_names,
+    same_file,
+    shm_dir,
+    shm_room,
+    turn,
+    unlink_if_unused,
+    user_folder,
+)
 
 __all__ = [
-    "SHM_DIR_ENV",
+    "NAMED",
+    "Pin",
     "Region",
+    "RegionInfo",
     "anonymous_region",
+    "list_regions",
     "node_regions_bytes",
     "open_region",
-    "shm_dir",
-    "shm_room",
-    "sweep_at_exit",
+    "pin",
 ]
 
-SHM_DIR_ENV = "NN_HANDLER_SHM_DIR"
-_PREFIX = "nn_handler-"
-_MAGIC = b"NNHREG01"
-_USERS = 1024  # pids a region records (a node's workers and ranks that map it)
-_HEADER = 8 + 8 + 4 * _USERS  # magic, payload bytes, users
-_FORK = multiprocessing.get_context("fork")
+#: named regions work here (Linux: nameless files, OFD locks)
+NAMED = locks.OFD and hasattr(os, "O_TMPFILE")
+_MAGIC = b"NNHREG02"
+_HEAD = struct.Struct("<8sQI")  # magic, payload bytes, description bytes; then the description
 _PAYLOAD_AT = 64 * 1024  # past the header, page-aligned for every page size
-_sweep_arranged = -1  # the process generation that arranged its sweep at exit
-
-
-def shm_dir() -> str:
-    """Where node-shared regions live: ``NN_HANDLER_SHM_DIR``, else ``/dev/shm``."""
-    return os.environ.get(SHM_DIR_ENV, "").strip() or "/dev/shm"
-
-
-def shm_room() -> int:
-    """Bytes a new region may take in ``shm_dir()`` now (0 when it is missing or read-only)."""
-    folder = shm_dir()
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        return 0
-    st = os.statvfs(folder)
-    return int(st.f_bavail * st.f_frsize)
-
-
-def node_regions_bytes() -> int:
-    """Bytes held by this node's regions (every live region of every process)."""
-    total = 0
-    for path in _region_paths():
-        with contextlib.suppress(OSError):
-            total += os.stat(path).st_size
-    return total
+_DESCRIPTION_MAX = _PAYLOAD_AT - _HEAD.size
+_MUTEX, _FILLS = 1, 1 << 32  # lock bytes past ``USERS`` (a lock may lie past a file's end)
+_MAKE_WAIT_S = 120.0  # longest wait for another maker of the same region (allocating GBs)
+_FORK = multiprocessing.get_context("fork")
 
 
 class Region:
-    """A named region of node memory, mapped by this process (see the module docstring).
+    """A named region of node memory, mapped and joined by this process (module docstring).
 
     Args:
-        path: Its file.
+        path: Its name, for messages.
+        fd: This process's open file description of it (holding the users' lock).
         data: The map of the whole file.
     """
 
     node_wide = True
+    releases_first = False
 
-    def __init__(self, path: str, data: Any) -> None:
+    def __init__(self, path: str, fd: int, data: Any) -> None:
         self.path = path
+        self._fd = fd
         self._data = data
         self._thread_lock = threading.Lock()
+        self._filling: set[int] = set()  # segments this process's threads fill now
         self.payload: np.ndarray[Any, Any] = np.frombuffer(
             data, np.uint8, len(data) - _PAYLOAD_AT, _PAYLOAD_AT
         )
-        self._users = np.frombuffer(data, np.int32, _USERS, 16)
-        self._pid = os.getpid()  # the user this map records (each process maps a region itself)
         self._born = process_generation()
+        self._joined = True
+        hold(self)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the region's lock (every process, every thread); it dies with its holder."""
-        with self._thread_lock, _flocked(self.path) as _:
-            yield
+        with self._thread_lock:
+            locks.lock(self._fd, locks.WRITE, _MUTEX, wait=True)
+            try:
+                yield
+            finally:
+                locks.unlock(self._fd, _MUTEX)
 
-    def join(self) -> None:
-        """Record this process as a user (before it first reads the region)."""
-        with self.lock():
-            _add_user(self._users, self._pid)
+    def hold_fill(self, segment: int) -> None:
+        """Say that this process fills ``segment`` (under ``lock``), until ``drop_fill``."""
+        self._filling.add(segment)
+        locks.lock(self._fd, locks.WRITE, _FILLS + segment)  # (held still by a stalled filler)
+
+    def drop_fill(self, segment: int) -> None:
+        """This process no longer fills ``segment`` (under ``lock``)."""
+        if segment in self._filling:
+            self._filling.discard(segment)
+            locks.unlock(self._fd, _FILLS + segment)
+
+    def filler_alive(self, segment: int, pid: int, started: int) -> bool:
+        """Whether the filler of ``segment`` still runs: its lock says (under ``lock``)."""
+        return segment in self._filling or locks.held_elsewhere(self._fd, _FILLS + segment)
 
     def release(self) -> None:
-        """This process no longer uses the region; the last live user unlinks its name.
+        """This process no longer uses the region; the last user unlinks its name.
 
-        Nothing in a forked child (an inherited map is not the child's entry to take out).
+        Nothing in a forked child (an inherited map is not the child's to release).
         """
-        if process_generation() != self._born:
+        if process_generation() != self._born or self._fd < 0:
             return
-        with contextlib.suppress(OSError), self.lock():
-            users = self._users
-            mine = np.flatnonzero(users == self._pid)
-            if mine.size:
-                users[mine[0]] = 0  # one entry per map of it: this process may hold others
-            if not any(process_alive(int(p)) for p in users[users != 0].tolist()):
-                os.unlink(self.path)
+        self.leave()
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
+
+    def leave(self) -> None:
+        """Stop being a user (the map stays readable here); unlink the name if the last one."""
+        if not self._joined or process_generation() != self._born or self._fd < 0:
+            return
+        self._joined = False
+        locks.unlock(self._fd, USERS)
+        unlink_if_unused(self._fd, self.path)
+
+    def forget_inherited(self) -> None:
+        """In a forked child: the descriptor is the parent's (its locks are the parent's)."""
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd, self._joined = -1, False
 
 
 class _TreeRegion:
@@ -140,11 +177,18 @@ class _TreeRegion:
         """The lock every forked process shares."""
         return self._lock
 
-    def join(self) -> None:
-        """Nothing to record: the memory goes with the last process that maps it."""
+    def hold_fill(self, segment: int) -> None:
+        """Nothing to hold: the filler is known by its pid and start time."""
+
+    def drop_fill(self, segment: int) -> None:
+        """Nothing to drop (see ``hold_fill``)."""
+
+    def filler_alive(self, segment: int, pid: int, started: int) -> bool:
+        """Whether the process that started at ``started`` as ``pid`` still runs."""
+        return started_process_alive(pid, started or None)
 
     def release(self) -> None:
-        """Nothing to do (see ``join``)."""
+        """Nothing to do: the memory goes with the last process that maps it."""
 
 
 def anonymous_region(nbytes: int) -> _TreeRegion:
@@ -152,124 +196,197 @@ def anonymous_region(nbytes: int) -> _TreeRegion:
     return _TreeRegion(nbytes)
 
 
-def open_region(name: str, nbytes: int) -> Region | None:
-    """The region ``name`` of ``nbytes`` payload bytes, made if needed; None when no room.
+class Pin:
+    """This process keeps region ``path`` while it holds this (``pin``; ``release`` when done).
 
-    This process is recorded as a user (``Region.release`` when done).
-
-    Raises:
-        OSError: the region exists with another size (a different dataset under its name).
+    Args:
+        path: The region's path (it need not exist yet).
+        fd: This process's own open file description of the folder's ``.locks``.
     """
-    path = os.path.join(shm_dir(), f"{_PREFIX}{name}")
-    region = _open_existing(path, nbytes)
-    if region is None:
-        _collect_dead()
-        region = _create(path, nbytes)
-    if region is not None:
-        region.join()
-        sweep_at_exit()
-    return region
+
+    releases_first = True
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._born = process_generation()
+        hold(self)
+
+    def release(self) -> None:
+        """Let the region go; unlink it if no process uses it (nothing in a forked child)."""
+        if self._fd < 0 or process_generation() != self._born:
+            return
+        self.leave()
+        with contextlib.suppress(OSError):
+            sweep_name(self.path)
+
+    def leave(self) -> None:
+        """Drop the pin (closing the descriptor drops its lock)."""
+        if self._fd >= 0 and process_generation() == self._born:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+    def forget_inherited(self) -> None:
+        """In a forked child: the descriptor is the parent's (so is the pin)."""
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
 
 
-def sweep_at_exit() -> None:
-    """Unlink the regions no live process uses when this process ends (arranged once each).
+def pin(name: str) -> Pin | None:
+    """Keep region ``name`` (made or not) while this process holds the returned ``Pin``.
 
-    Runs after multiprocessing has ended the process's daemonic children (DataLoader workers:
-    they end without releasing what they mapped) and after this process's own releases: a run
-    that closed nothing leaves no region behind.
+    None where no named region can be shared (see ``shm_folder.usable_folder``).
     """
-    global _sweep_arranged
-    if _sweep_arranged != process_generation():
-        _sweep_arranged = process_generation()
-        Finalize(None, _collect_dead, exitpriority=-2)
-
-
-def _open_existing(path: str, nbytes: int) -> Region | None:
-    try:
-        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    if not NAMED:
         return None
     try:
-        size = os.fstat(fd).st_size
-        data = shared_file_memory(fd, size) if size == _PAYLOAD_AT + nbytes else None
-        if data is None or data[:16] != _MAGIC + nbytes.to_bytes(8, "little"):
-            raise OSError(errno.EEXIST, f"{path} is not a region of {nbytes} bytes")
-        return Region(path, data)
+        with folder(create=True) as dir_fd:
+            fd = open_locks(dir_fd)
+    except OSError:
+        return None
+    locks.lock(fd, locks.READ, PINS + turn(name), wait=True)
+    return Pin(os.path.join(user_folder(), name), fd)
+
+
+def open_region(name: str, nbytes: int, description: bytes) -> Region:
+    """The region ``name`` of ``nbytes`` payload bytes for ``description``, made if needed.
+
+    This process is a user of it from now on (``Region.release`` when done).
+
+    Raises:
+        RegionError: no region can be shared here; the message says why (no room, a folder
+            that is not the user's, a region of that name holding something else, not Linux).
+    """
+    if not NAMED:
+        raise RegionError("named regions need Linux (nameless files and OFD locks)")
+    if len(description) > _DESCRIPTION_MAX:
+        raise ValueError(f"a region's description holds at most {_DESCRIPTION_MAX} bytes")
+    with folder(create=True) as dir_fd:
+        region = _join(dir_fd, name, nbytes, description)
+        return region if region is not None else _make_or_join(dir_fd, name, nbytes, description)
+
+
+@dataclass(frozen=True)
+class RegionInfo:
+    """One region of a user's folder, for ``list_regions`` and the ``regions`` command."""
+
+    path: str
+    nbytes: int  # memory it holds
+    in_use: bool
+    description: str
+
+
+def list_regions(uid: int | None = None) -> list[RegionInfo]:
+    """``uid``'s regions on this node (this user's by default), in use or not."""
+    found: list[RegionInfo] = []
+    with contextlib.suppress(OSError), folder(create=False, uid=uid) as dir_fd:
+        for name in region_names(dir_fd):
+            info = _info(dir_fd, name, os.path.join(user_folder(uid), name))
+            if info is not None:
+                found.append(info)
+    return found
+
+
+def node_regions_bytes() -> int:
+    """Bytes of memory held by this user's live regions on the node (dead ones swept first)."""
+    sweep()
+    return sum(info.nbytes for info in list_regions())
+
+
+def _info(dir_fd: int, name: str, path: str) -> RegionInfo | None:
+    fd = open_file(dir_fd, name)
+    if fd is None:
+        return None
+    try:
+        st = os.fstat(fd)
+        text = ""
+        if st.st_size >= _PAYLOAD_AT:
+            with shared_file_memory(fd, _PAYLOAD_AT, writable=False) as head:
+                magic, _, size = _HEAD.unpack_from(head)
+                if magic == _MAGIC and size <= _DESCRIPTION_MAX:
+                    text = head[_HEAD.size : _HEAD.size + size].decode("utf-8", "replace")
+        return RegionInfo(path, st.st_blocks * 512, locks.held_elsewhere(fd, USERS), text)
     finally:
         os.close(fd)
 
 
-def _create(path: str, nbytes: int) -> Region | None:
-    """Make the region under a temporary name, whole, and link it to ``path``."""
-    temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    size = _PAYLOAD_AT + nbytes
+def _join(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region | None:
+    """The existing region ``name`` joined, or None when there is none (or it just went)."""
+    fd = open_file(dir_fd, name)
+    if fd is None:
+        return None
+    path = os.path.join(user_folder(), name)
     try:
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-    except OSError:
-        return None  # not writable
-    try:
-        os.posix_fallocate(fd, 0, size)
-        data = shared_file_memory(fd, size)
-        data[:16] = _MAGIC + nbytes.to_bytes(8, "little")
-        os.link(temp, path)
-    except FileExistsError:  # another process made it meanwhile: use theirs
-        return _open_existing(path, nbytes)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EOPNOTSUPP):
-            return None
+        locks.lock(fd, locks.READ, USERS, wait=True)  # (a sweep holds it for a moment only)
+        data = _checked_map(fd, name, nbytes, description) if same_file(fd, dir_fd, name) else None
+    except RegionError:
+        locks.unlock(fd, USERS)  # not what its name says: replaced if nobody uses it
+        if not unlink_if_unused(fd, path, dir_fd):
+            os.close(fd)
+            raise
+        data = None
+    except BaseException:
+        os.close(fd)
         raise
-    finally:
+    if data is None:  # swept meanwhile, or replaced: make it anew
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    return Region(path, data)
+        return None
+    return Region(path, fd, data)
 
 
-def _add_user(users: np.ndarray[Any, Any], pid: int) -> None:
-    free = np.flatnonzero(users == 0)
-    if free.size == 0:  # a full table: reuse the slot of a process that is gone
-        gone = [k for k, p in enumerate(users.tolist()) if not process_alive(p)]
-        if not gone:
-            return  # every slot alive: this process just never unlinks the name
-        free = np.array(gone)
-    users[int(free[0])] = pid
+def _checked_map(fd: int, name: str, nbytes: int, description: bytes) -> Any:
+    """The region's map, when its size and header are exactly what ``description`` expects."""
+    size = os.fstat(fd).st_size
+    data = shared_file_memory(fd, size) if size == _PAYLOAD_AT + nbytes else None
+    header = _header(nbytes, description)
+    if data is None or data[: len(header)] != header:
+        raise RegionError(
+            f"the region {name} holds something other than this dataset (another version of "
+            "the file, or a damaged region): it is not used"
+        )
+    return data
 
 
-def _region_paths() -> list[str]:
-    folder = shm_dir()
+def _header(nbytes: int, description: bytes) -> bytes:
+    return _HEAD.pack(_MAGIC, nbytes, len(description)) + description
+
+
+def _make_or_join(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
+    """Make the region, unless another maker of it (waited for) made it meanwhile."""
+    maker = open_locks(dir_fd)
     try:
-        names = os.listdir(folder)
-    except OSError:
-        return []
-    return [os.path.join(folder, n) for n in names if n.startswith(_PREFIX) and "." not in n]
-
-
-def _collect_dead() -> None:
-    """Unlink regions whose recorded users are all gone, and temporary files of dead makers."""
-    for path in _region_paths():
-        with contextlib.suppress(OSError, ValueError), _flocked(path) as fd:
-            with shared_file_memory(fd, _HEADER, writable=False) as head:
-                if head[:8] != _MAGIC:
-                    continue
-                users = np.frombuffer(head, np.int32, _USERS, 16).tolist()
-            if not any(process_alive(p) for p in users if p):
-                os.unlink(path)
-    folder = shm_dir()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(folder):
-            parts = name.split(".")
-            ours = name.startswith(_PREFIX) and name.endswith(".tmp") and len(parts) == 4
-            if ours and parts[1].isdigit() and not process_alive(int(parts[1])):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
-
-
-@contextlib.contextmanager
-def _flocked(path: str) -> Iterator[int]:
-    """A new descriptor of ``path`` holding ``flock(LOCK_EX)`` (released when closed)."""
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
+        if not locks.lock_within(maker, locks.WRITE, turn(name), 1, _MAKE_WAIT_S):
+            raise RegionError(f"another process kept making region {name} for {_MAKE_WAIT_S} s")
+        region = _join(dir_fd, name, nbytes, description)
+        return region if region is not None else _make(dir_fd, name, nbytes, description)
     finally:
+        os.close(maker)  # (and with it the maker's turn)
+
+
+def _make(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
+    """Make the region nameless, whole, with its header, joined; then link it to ``name``."""
+    size, room = _PAYLOAD_AT + nbytes, shm_room()
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError as exc:
+        raise RegionError(f"{user_folder()} cannot hold a new region ({exc.strerror})") from exc
+    try:
+        locks.lock(fd, locks.READ, USERS)  # a user before it has a name: no sweep takes it
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
+                raise RegionError(
+                    f"{shm_dir()} had {format_bytes(room)} free for a region of "
+                    f"{format_bytes(size)} and could not allocate it"
+                ) from exc
+            raise
+        data = shared_file_memory(fd, size)
+        data[: _HEAD.size + len(description)] = _header(nbytes, description)
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+    except BaseException:
         os.close(fd)
+        raise
+    return Region(os.path.join(user_folder(), name), fd, data)

@@ -60,11 +60,10 @@ def sidecar_path(data_path: str) -> str:
 def file_stamp(data_path: str) -> dict[str, int]:
     """Return the identity of the data file that validates a sidecar.
 
-    ``FileIdentity`` plus the status-change time (a rewrite that sets the mtime back still
-    moves it), under the key names sidecars already on disk use: they stay valid.
+    ``FileIdentity`` (its status-change time included: a rewrite that sets the mtime back
+    still moves it), under the key names sidecars already on disk use: they stay valid.
     """
-    st = os.stat(data_path)
-    return {**FileIdentity.of_stat(st).as_record(), "ctime_ns": st.st_ctime_ns}
+    return FileIdentity.of_path(data_path).as_record()
 
 
 def load_sidecar(
