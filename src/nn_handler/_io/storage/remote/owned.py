@@ -10,8 +10,11 @@ process's user (``os.geteuid()``) owns it:
   writable by us; created ``0o700`` when we create it;
 * every entry, record and lock inside it: opened relative to its folder's descriptor with
   ``O_NOFOLLOW`` (a symbolic link is refused, never followed), and used only when ``fstat``
-  says it is a regular file (or folder) we own, not writable by other users; created ``0o700``
-  (folders) or ``0o600`` (files).
+  says it is a regular file (or folder) we own; created ``0o700`` (folders) or ``0o600``
+  (files). One of ours that others may read or write (made under a lax umask, or by an older
+  version) is made ours alone (``0o700`` / ``0o600``) before it is used: what another user
+  wrote into it meanwhile is caught by the owner check (a file renamed in is theirs) or by the
+  pieces' checksums (``pieces.py``).
 
 A check that fails raises ``CacheRefusedError`` (an ``OSError``) whose text says why, in the words a
 warning then uses (``why``): "is owned by uid 1234, not by you (uid 1000)", "is a symbolic
@@ -33,14 +36,14 @@ __all__ = [
     "open_file",
     "open_folder",
     "open_own_root",
-    "owned_by_us",
+    "is_ours",
     "reason",
 ]
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
-_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+_OTHERS = stat.S_IRWXG | stat.S_IRWXO
 _WORDS = {
     errno.ENOSPC: "has no space left",
     errno.EDQUOT: "is over your disk quota",
@@ -75,9 +78,9 @@ def reason(error: OSError) -> str:
     return f"{words} ({detail})"
 
 
-def owned_by_us(st: os.stat_result) -> bool:
-    """True when ``st`` is ours and no other user may write it (owner, group/other bits)."""
-    return st.st_uid == os.geteuid() and not st.st_mode & _BY_OTHERS
+def is_ours(st: os.stat_result) -> bool:
+    """True when ``st`` (a ``stat`` that did not follow a link) belongs to this process's user."""
+    return st.st_uid == os.geteuid()
 
 
 def open_own_root(path: str) -> int:
@@ -149,11 +152,11 @@ def _checked(fd: int, where: str, folder: bool) -> int:
         why = "is not a folder" if folder else "is not a regular file"
     elif st.st_uid != me:
         why = f"is owned by uid {st.st_uid}, not by you (uid {me})"
-    elif st.st_mode & _BY_OTHERS:
-        why = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):#o})"
     if why is not None:
         os.close(fd)
         raise CacheRefusedError(where, why)
+    if st.st_mode & _OTHERS:  # ours, made under a lax umask (or by an older version): ours only
+        os.fchmod(fd, FOLDER_MODE if folder else FILE_MODE)
     return fd
 
 
