@@ -45,6 +45,7 @@ __all__ = [
 MAX_PIECE = 1 << 20
 RECORD = "pieces.npy"
 Pieces = np.ndarray[Any, np.dtype[np.int64]]
+_PAIRS = 1 << 16  # (piece, range) pairs compared by broadcasting; more: by merged ranges
 Row = tuple[int, int, int]
 
 
@@ -63,9 +64,12 @@ def cut(offset: int, data: bytes | memoryview) -> list[Row]:
 
 
 def with_added(held: Pieces, rows: Sequence[Row]) -> Pieces:
-    """``held`` and ``rows``, sorted, each row once."""
-    new = np.asarray(rows, np.int64).reshape(-1, 3)
-    merged: Pieces = np.unique(np.concatenate([held, new]), axis=0)
+    """``held`` and ``rows``, sorted (by start, end, checksum), each row once."""
+    both = np.concatenate([held, np.asarray(rows, np.int64).reshape(-1, 3)])
+    both = both[np.lexsort((both[:, 2], both[:, 1], both[:, 0]))]
+    again = np.zeros(len(both), bool)
+    again[1:] = np.all(both[1:] == both[:-1], axis=1)
+    merged: Pieces = both[~again]
     return merged
 
 
@@ -83,18 +87,25 @@ def holdings(held: Pieces) -> Intervals:
 
 def touching(held: Pieces, ranges: Sequence[tuple[int, int]]) -> Pieces:
     """The pieces that hold at least one byte of the ``(offset, length)`` ranges."""
-    wanted = union(empty(), [(o, o + n) for o, n in ranges])
-    if not len(wanted) or not len(held):
+    spans = np.asarray(ranges, np.int64).reshape(-1, 2)
+    spans = spans[spans[:, 1] > 0]
+    if not len(held) or not len(spans):
         return held[:0]
-    starts = held[:, 0]  # sorted; no piece is longer than MAX_PIECE
-    lo = int(np.searchsorted(starts, wanted[0, 0] - MAX_PIECE, side="right"))
-    hi = int(np.searchsorted(starts, wanted[-1, 1], side="left"))
+    starts, ends = spans[:, 0], spans[:, 0] + spans[:, 1]
+    # sorted by start, and no piece is longer than MAX_PIECE: the candidates lie in one slice
+    lo = int(np.searchsorted(held[:, 0], starts.min() - MAX_PIECE, side="right"))
+    hi = int(np.searchsorted(held[:, 0], ends.max(), side="left"))
     near = held[lo:hi]
+    if len(near) * len(spans) <= _PAIRS:  # (the usual case: every pair compared at once)
+        hit = ((near[:, :1] < ends) & (near[:, 1:2] > starts)).any(axis=1)
+        found: Pieces = near[hit]
+        return found
+    wanted = union(empty(), list(zip(starts.tolist(), ends.tolist(), strict=True)))
     # the first wanted range that ends past a piece's start meets it if it starts before its end
     k = np.searchsorted(wanted[:, 1], near[:, 0], side="right")
-    hit = k < len(wanted)
-    hit[hit] = wanted[k[hit], 0] < near[hit, 1]
-    found: Pieces = near[hit]
+    meets = k < len(wanted)
+    meets[meets] = wanted[k[meets], 0] < near[meets, 1]
+    found = near[meets]
     return found
 
 
