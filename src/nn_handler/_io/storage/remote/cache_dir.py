@@ -49,6 +49,7 @@ from .pieces import Pieces, Row
 __all__ = ["CacheEntry", "entry_name"]
 
 _MAKE_TRIES = 10
+_HAS_PREADV = hasattr(os, "preadv")  # a platform question (all POSIX but old macOS)
 
 
 def entry_name(url: str, version: ObjectVersion, nonce: str | None = None) -> str:
@@ -208,7 +209,7 @@ class CacheEntry:
         for (offset, length), buffer in zip(ranges, buffers, strict=True):
             view, done = _bytes_of(buffer), 0
             while done < length:
-                got = os.preadv(self._data_fd, [view[done:]], offset + done)
+                got = _pread_into(self._data_fd, view[done:], offset + done)
                 if got <= 0:
                     raise OSError(f"{self.data_path!r} ends before byte {offset + length}")
                 done += got
@@ -278,3 +279,12 @@ def _bytes_of(buffer: Buffer) -> memoryview:
     """``buffer`` as a flat view of bytes (C-contiguous buffers only)."""
     target: Any = buffer  # (numpy arrays export the buffer protocol; the stubs do not say so)
     return memoryview(target).cast("B")
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Read into ``view`` from ``offset``; the bytes read (0 at the end of the file)."""
+    if _HAS_PREADV:
+        return os.preadv(fd, [view], offset)
+    data = os.pread(fd, view.nbytes, offset)  # (no preadv on this platform: one copy)
+    view[: len(data)] = data
+    return len(data)

@@ -109,8 +109,16 @@ class MetadataStore:
                 os.close(folder)
 
     def _folder(self, create: bool) -> int:
-        """The ``meta`` folder's descriptor (made ``0o700`` if ``create``): ours, not a link."""
-        entry = os.open(self.folder.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        """The ``meta`` folder's descriptor (made ``0o700`` if ``create``): ours, not a link.
+
+        (The entry is opened the same way, from the cache folder: never through a link.)
+        """
+        entry_path = self.folder.parent
+        root = os.open(entry_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            entry = open_folder(entry_path.name, root, str(entry_path))
+        finally:
+            os.close(root)
         try:
             if create:
                 with contextlib.suppress(FileExistsError):
