@@ -35,9 +35,8 @@ What is cached is checked before it is served, and the cache never fails a read:
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -48,7 +47,8 @@ from ..chunk_index import ChunkIndex
 from ..identity import ObjectVersion
 from .cache_dir import CacheEntry
 from .eviction import make_room
-from .intervals import Intervals, covered, empty, missing, union
+from .fallback import CacheFailedError, Fetch, cache_side, serve_fetched
+from .intervals import Intervals, covered, missing
 from .metadata import MetadataStore
 from .notices import say_once
 from .object_file import RemoteFile
@@ -59,9 +59,8 @@ from .single_flight import RangeLocks
 __all__ = ["CachedFile"]
 
 T = TypeVar("T")
-_Fetch = Callable[[Sequence[tuple[int, int]], Sequence[Buffer]], None]  # a read from the store
+
 _Gaps = Callable[[Intervals, Sequence[tuple[int, int]]], list[tuple[int, int]]]  # what to fetch
-_Part = tuple[int, np.ndarray]  # bytes of the object from an offset
 #: rounds of "check, drop what is damaged, fetch it again" before a read goes to the store
 _TRIES = 3
 
@@ -189,7 +188,7 @@ class CachedFile:
         self,
         ranges: Sequence[tuple[int, int]],
         buffers: Sequence[Buffer],
-        fetch: _Fetch,
+        fetch: Fetch,
         to_fetch: _Gaps,
     ) -> None:
         """Read the ranges through the entry; from the store when the cache cannot serve them."""
@@ -200,10 +199,10 @@ class CachedFile:
                 break
             try:
                 again = self._read_through(entry, ranges, buffers, fetch, to_fetch, dropped)
-            except _CacheFailedError as failed:
+            except CacheFailedError as failed:
                 self._turn_off(failed.error)
                 if failed.fetched:
-                    _serve(failed.fetched, ranges, buffers, fetch)
+                    serve_fetched(failed.fetched, ranges, buffers, fetch)
                     return
                 break
             if again is None:
@@ -216,7 +215,7 @@ class CachedFile:
         entry: CacheEntry,
         ranges: Sequence[tuple[int, int]],
         buffers: Sequence[Buffer],
-        fetch: _Fetch,
+        fetch: Fetch,
         to_fetch: _Gaps,
         dropped: list[tuple[int, int]],
     ) -> list[tuple[int, int]] | None:
@@ -225,12 +224,12 @@ class CachedFile:
         None when served; else the ``(offset, length)`` of the damaged pieces dropped instead
         (the caller tries again, and they are fetched whole).
         """
-        with _cache_side():
+        with cache_side():
             gaps = _missing(entry, [*ranges, *dropped], to_fetch)
             flights = self._flights.get_or_make(lambda: RangeLocks(str(entry.path / "fetching")))
         if gaps:
             with flights.held(gaps):  # another process may be fetching them: wait
-                with _cache_side():
+                with cache_side():
                     gaps = _missing(entry, [*ranges, *dropped], to_fetch)
                     room = self._room(gaps)
                 if not room:
@@ -238,13 +237,13 @@ class CachedFile:
                     return None
                 if gaps:
                     self._fill(entry, gaps, fetch)
-        with _cache_side():
+        with cache_side():
             damaged = self._damaged(entry, ranges)
             if not damaged:
                 entry.read(ranges, buffers)
         return [(start, end - start) for start, end, _ in damaged] or None
 
-    def _fill(self, entry: CacheEntry, gaps: list[tuple[int, int]], fetch: _Fetch) -> None:
+    def _fill(self, entry: CacheEntry, gaps: list[tuple[int, int]], fetch: Fetch) -> None:
         """Fetch the ``[start, end)`` gaps and store them in the entry."""
         buffers = [np.empty(end - start, np.uint8) for start, end in gaps]
         fetch([(s, e - s) for s, e in gaps], buffers)
@@ -253,7 +252,7 @@ class CachedFile:
         try:
             entry.store(fetched)
         except OSError as exc:  # full, not writable, ...: serve what was fetched, uncached
-            raise _CacheFailedError(exc, fetched) from exc
+            raise CacheFailedError(exc, fetched) from exc
 
     def _room(self, gaps: list[tuple[int, int]]) -> bool:
         """Whether the gaps fit under the cap (evicting unused entries to make room)."""
@@ -305,24 +304,6 @@ class CachedFile:
         return f"CachedFile({self.name!r}, cache_dir={self.cache_dir!r})"
 
 
-class _CacheFailedError(Exception):
-    """An ``OSError`` of the cache itself (never of the store), and what was fetched by then."""
-
-    def __init__(self, error: OSError, fetched: list[_Part] | None = None) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.fetched = fetched
-
-
-@contextlib.contextmanager
-def _cache_side() -> Iterator[None]:
-    """The block works on the cache only: its ``OSError`` is the cache's (``_CacheFailedError``)."""
-    try:
-        yield
-    except OSError as exc:
-        raise _CacheFailedError(exc) from exc
-
-
 def _validated(version: ObjectVersion) -> bool:
     """Whether the store gave something that tells this version from a same-size one."""
     return bool(version.etag or version.version or version.modified)
@@ -333,27 +314,6 @@ def _missing(
 ) -> list[tuple[int, int]]:
     """The ``[start, end)`` parts of ``ranges`` the entry must fetch."""
     return to_fetch(entry.filled(), ranges) if not entry.complete else []
-
-
-def _serve(
-    fetched: list[_Part],
-    ranges: Sequence[tuple[int, int]],
-    buffers: Sequence[Buffer],
-    fetch: _Fetch,
-) -> None:
-    """Fill the buffers from the parts already fetched, fetching only the rest from the store."""
-    have = union(empty(), [(start, start + len(part)) for start, part in fetched])
-    rest = missing(have, ranges)
-    more = [np.empty(end - start, np.uint8) for start, end in rest]
-    if rest:
-        fetch([(start, end - start) for start, end in rest], more)
-    parts = [*fetched, *((start, part) for (start, _), part in zip(rest, more, strict=True))]
-    for (offset, length), buffer in zip(ranges, buffers, strict=True):
-        out = np.frombuffer(buffer, np.uint8)
-        for start, part in parts:
-            lo, hi = max(offset, start), min(offset + length, start + len(part))
-            if lo < hi:
-                out[lo - offset : hi - offset] = part[lo - start : hi - start]
 
 
 def _gaps(held: Intervals, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
