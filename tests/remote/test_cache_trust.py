@@ -271,6 +271,7 @@ def _only_from_the_store(http: Any, source: CachedFile, caplog: pytest.LogCaptur
     assert _read(source, [(5, 100)]) == [DATA[5:105]]
     assert _fetched(http) == before + SIZE + 100  # each byte fetched once per read
     assert source.cache_off is not None
+    source.close()
     (said,) = _said(caplog)
     return said
 

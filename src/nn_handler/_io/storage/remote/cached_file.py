@@ -298,7 +298,8 @@ class CachedFile:
             f"off: {path}: {why}",
             f"{what} {why}: {self.name} is read from the store, not cached, in this process",
         )
-        self._release()
+        # (the entry's files stay open until close: another thread may be reading through
+        # them now, and a descriptor closed under it could be reused for another file)
 
     def __repr__(self) -> str:
         return f"CachedFile({self.name!r}, cache_dir={self.cache_dir!r})"
