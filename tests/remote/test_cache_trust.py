@@ -123,13 +123,13 @@ def test_without_a_validator_the_epochs_of_one_open_hit_its_cache(
     assert _entries(tmp_path / "c") == []
 
 
+_WORKER_SOURCE: list[Any] = []  # what a forked worker inherits from its parent
+
+
 def _read_rest_in_worker(results: Any) -> None:
     source = _WORKER_SOURCE[0]
     before = source.fetched  # (the parent's count, inherited)
     results.put((_read(source, [(0, SIZE)]) == [DATA], source.fetched - before))
-
-
-_WORKER_SOURCE: list[Any] = []
 
 
 @pytest.mark.slow  # a forked process
@@ -290,6 +290,7 @@ def test_a_cache_folder_of_another_user_is_not_used(
     assert list(cache.iterdir()) == []  # nothing written there
     source = _open(http, cache)  # the whole open: the version records are not kept there
     assert _read(source, [(0, 10)]) == [DATA[:10]] and list(cache.iterdir()) == []
+    source.close()
 
 
 def _plant(entry: Path, fake: bytes) -> None:
@@ -324,6 +325,7 @@ def _plant_as_another_user(folder: int, name: str) -> None:
 
 
 @as_root
+@pytest.mark.slow  # a forked process
 @pytest.mark.timeout(120)
 def test_an_entry_planted_by_another_user_is_not_used(
     http: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -411,6 +413,8 @@ def test_a_read_only_cache_folder_is_not_used(
 @contextlib.contextmanager
 def _mounted(folder: Path, *how: str) -> Iterator[None]:
     """``mount ... folder`` for the block (skip the test where mounting is not allowed)."""
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        pytest.skip("no mount command here")
     done = subprocess.run(["mount", *how, str(folder)], capture_output=True, timeout=TIMEOUT)
     if done.returncode:
         pytest.skip(f"cannot mount here: {done.stderr.decode().strip()}")
