@@ -78,6 +78,9 @@ class _ThreadedRangeServer:
         self.fail_next: list[int] = []  # statuses for the next requests
         self.ignore_conditions = False
         self.short_replies = False  # send one byte less than asked (Content-Range says all)
+        #: send an ETag with every reply (False: no ETag, no Last-Modified, nothing that tells
+        #: a version from a same-size replacement, as some static servers and proxies do)
+        self.etags = True
         #: answer 503 SlowDown (as S3 does) to requests above this many a second (0: never)
         self.throttle_per_s = 0.0
         self.throttled = 0  # requests answered 503 SlowDown
@@ -149,8 +152,9 @@ class _ThreadedRangeServer:
             return web.Response(status=412, text="precondition failed")
         match = _RANGE.fullmatch(request.headers.get("Range", ""))
         size = st.st_size
+        tags = {"ETag": etag} if self.etags else {}
         if match is None:
-            return web.Response(body=path.read_bytes(), headers={"ETag": etag})
+            return web.Response(body=path.read_bytes(), headers=tags)
         first = int(match.group(1))
         last = min(int(match.group(2) or size - 1), size - 1)
         if first >= size:
@@ -161,7 +165,7 @@ class _ThreadedRangeServer:
         with open(path, "rb") as f:  # only the bytes asked for: large files stay cheap
             f.seek(first)
             body = f.read(last + 1 - first - int(self.short_replies))
-        headers = {"ETag": etag, "Content-Range": f"bytes {first}-{last}/{size}"}
+        headers = {**tags, "Content-Range": f"bytes {first}-{last}/{size}"}
         return web.Response(status=206, body=body, headers=headers)
 
     def _over_rate(self) -> bool:
@@ -183,6 +187,7 @@ _SERVER_STATE = (
     "fail_next",
     "ignore_conditions",
     "short_replies",
+    "etags",
     "latency_s",
     "throttle_per_s",
     "throttled",
@@ -264,8 +269,8 @@ class RangeServer:
     """The test's handle on an HTTP Range server for ``root``, running in the server process.
 
     ``requests``, ``ranges``, ``client_ranges``, ``fail_next``, ``ignore_conditions``,
-    ``short_replies`` and ``latency_s`` are the server's own: each read or assignment reaches
-    it (assign a new list to ``fail_next``; a list read from it is a copy).
+    ``short_replies``, ``etags`` and ``latency_s`` are the server's own: each read or
+    assignment reaches it (assign a new list to ``fail_next``; a list read from it is a copy).
     """
 
     requests = _State()
@@ -277,6 +282,7 @@ class RangeServer:
     fail_next = _State()  # statuses for the next requests
     ignore_conditions = _State()
     short_replies = _State()  # send one byte less than asked (Content-Range says all)
+    etags = _State()  # False: no ETag (and never a Last-Modified): no validator at all
     latency_s = _State()
     throttle_per_s = _State()  # 503 SlowDown above this many requests a second (0: never)
     throttled = _State()

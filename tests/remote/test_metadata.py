@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import zipfile
 
 import h5py
@@ -196,4 +198,32 @@ def test_store_ignores_a_folder_it_cannot_write(tmp_path):
     (tmp_path / "meta").write_text("a file where the folder should be")
     store = MetadataStore(tmp_path, size=10_000)
     store.save_index("/x", (60, 4), (10, 4), _index())  # no error: the next process walks
+    assert store.load_index("/x", (60, 4), (10, 4)) is None
+
+
+def test_an_index_file_that_is_a_link_or_not_ours_is_ignored(tmp_path):
+    store = MetadataStore(tmp_path, size=10_000)
+    store.save_index("/x", (60, 4), (10, 4), _index())
+    (saved,) = (tmp_path / "meta").glob("*.npz")
+    elsewhere = tmp_path / "elsewhere.npz"
+    saved.rename(elsewhere)
+    saved.symlink_to(elsewhere)  # a valid index, but through a link
+    assert store.load_index("/x", (60, 4), (10, 4)) is None
+    store.save_index("/x", (60, 4), (10, 4), _index())  # replaces the link, not its target
+    assert not saved.is_symlink() and elsewhere.exists()
+    assert store.load_index("/x", (60, 4), (10, 4)) is not None
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "meta").stat().st_mode) == 0o700
+    if os.geteuid() == 0:  # a file of another user
+        os.chown(saved, 1234, 1234)
+        assert store.load_index("/x", (60, 4), (10, 4)) is None
+
+
+def test_a_meta_folder_that_is_a_link_is_not_used(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "entry").mkdir()
+    (tmp_path / "entry" / "meta").symlink_to(tmp_path / "elsewhere")
+    store = MetadataStore(tmp_path / "entry", size=10_000)
+    store.save_index("/x", (60, 4), (10, 4), _index())
+    assert list((tmp_path / "elsewhere").iterdir()) == []
     assert store.load_index("/x", (60, 4), (10, 4)) is None

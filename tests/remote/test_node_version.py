@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from helpers.process import together
 
 PROBE = (0, 1)  # the one-byte range that asks for the object's version
 TIMEOUT = 60
+OTHER_UID = 1234  # a user that is not us
 
 
 class Opened:
@@ -73,21 +76,135 @@ def test_an_answer_from_before_a_process_began_is_not_used(tmp_path: Path) -> No
     assert second.identity == ObjectVersion(10, '"b"')
 
 
-def test_a_damaged_record_or_one_of_another_url_or_machine_is_not_used(tmp_path: Path) -> None:
+def _answered_meanwhile(
+    monkeypatch: pytest.MonkeyPatch, root: Path, record: dict[str, Any] | str
+) -> None:
+    """Have "another process" write ``record`` while the next open waits for the lock.
+
+    ``answered_at`` is set to the moment it is written (after the open began) unless the
+    record gives its own; a text is written as it is.
+    """
+    lock = node_version._lock
+
+    def lock_then_answer(fd: int, wait_s: float) -> bool:
+        taken = lock(fd, wait_s)
+        (path,) = (root / ".versions").glob("*.json")
+        text = (
+            record
+            if isinstance(record, str)
+            else json.dumps({"answered_at": time.monotonic(), **record})
+        )
+        path.unlink()
+        path.write_text(text)
+        return taken
+
+    monkeypatch.setattr(node_version, "_lock", lock_then_answer)
+
+
+def _saved(root: Path) -> dict[str, Any]:
+    (record,) = (root / ".versions").glob("*.json")
+    saved: dict[str, Any] = json.loads(record.read_text())
+    del saved["answered_at"]
+    return saved
+
+
+def test_a_damaged_record_or_one_of_another_url_or_machine_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _open(tmp_path, ObjectVersion(10, '"a"'))
-    (record,) = (tmp_path / ".versions").glob("*.json")
-    saved = {**json.loads(record.read_text()), "answered_at": time.monotonic() + 60}
-    record.write_text(json.dumps(saved))
-    assert not _open(tmp_path, ObjectVersion(10, '"x"')).asked  # (the check itself works)
+    saved = _saved(tmp_path)
+    with monkeypatch.context() as patched:
+        _answered_meanwhile(patched, tmp_path, saved)
+        assert not _open(tmp_path, ObjectVersion(10, '"x"')).asked  # (the check itself works)
     for damage in (
         "{",
-        json.dumps({**saved, "url": "s3://b/other"}),
-        json.dumps({**saved, "machine": "another"}),
-        json.dumps({**saved, "version": {"size": "x"}}),
-        json.dumps({**saved, "version": {"size": 1, "etag": 5}}),
+        {**saved, "url": "s3://b/other"},
+        {**saved, "machine": "another"},
+        {**saved, "version": {"size": "x"}},
+        {**saved, "version": {"size": 1, "etag": 5}},
     ):
-        record.write_text(damage)
-        assert _open(tmp_path, ObjectVersion(10, '"c"')).asked, damage
+        with monkeypatch.context() as patched:
+            _answered_meanwhile(patched, tmp_path, damage)
+            assert _open(tmp_path, ObjectVersion(10, '"c"')).asked, damage
+
+
+def test_a_record_from_the_future_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _open(tmp_path, ObjectVersion(10, '"a"'))
+    future = {**_saved(tmp_path), "answered_at": time.monotonic() + 60}
+    _answered_meanwhile(monkeypatch, tmp_path, future)
+    opened = _open(tmp_path, ObjectVersion(10, '"b"'))
+    assert opened.asked and opened.identity == ObjectVersion(10, '"b"')
+
+
+def test_a_record_that_is_a_link_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _open(tmp_path, ObjectVersion(10, '"a"'))
+    (record,) = (tmp_path / ".versions").glob("*.json")
+    planted = tmp_path / "planted.json"
+    lock = node_version._lock
+
+    def lock_then_link(fd: int, wait_s: float) -> bool:
+        taken = lock(fd, wait_s)
+        planted.write_text(json.dumps({**_saved(tmp_path), "answered_at": time.monotonic()}))
+        record.unlink()
+        record.symlink_to(planted)
+        return taken
+
+    monkeypatch.setattr(node_version, "_lock", lock_then_link)
+    assert _open(tmp_path, ObjectVersion(10, '"b"')).asked
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another user")
+def test_records_locks_and_folders_of_another_user_are_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _open(tmp_path, ObjectVersion(10, '"a"'))
+    saved = _saved(tmp_path)
+    (record,) = (tmp_path / ".versions").glob("*.json")
+    lock = node_version._lock
+
+    def lock_then_plant(fd: int, wait_s: float) -> bool:
+        taken = lock(fd, wait_s)
+        record.write_text(json.dumps({**saved, "answered_at": time.monotonic()}))
+        os.chown(record, OTHER_UID, OTHER_UID)
+        return taken
+
+    with monkeypatch.context() as patched:
+        patched.setattr(node_version, "_lock", lock_then_plant)
+        assert _open(tmp_path, ObjectVersion(10, '"b"')).asked  # a record of another user
+    assert os.stat(record).st_uid == os.geteuid()  # replaced by ours (our folder)
+    (lock_file,) = (tmp_path / ".versions").glob("*.lock")
+    os.chown(lock_file, OTHER_UID, OTHER_UID)
+    before = record.read_text()
+    assert _open(tmp_path, ObjectVersion(10, '"c"')).asked  # a lock of another user
+    os.chown(lock_file, 0, 0)
+    os.chown(tmp_path / ".versions", OTHER_UID, OTHER_UID)
+    assert _open(tmp_path, ObjectVersion(10, '"d"')).asked  # a folder of another user
+    assert record.read_text() == before  # nothing written under either
+    assert sorted(p.name for p in (tmp_path / ".versions").iterdir()) == sorted(
+        [record.name, lock_file.name]
+    )
+
+
+def test_a_versions_folder_that_is_a_link_is_not_used(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / ".versions").symlink_to(elsewhere)
+    assert _open(tmp_path / "cache", ObjectVersion(1, '"a"')).asked
+    assert _open(tmp_path / "cache", ObjectVersion(1, '"a"')).asked
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link
+
+
+def test_records_and_locks_are_private(tmp_path: Path) -> None:
+    _open(tmp_path / "cache", ObjectVersion(1, '"a"'))
+    folder = tmp_path / "cache" / ".versions"
+    assert stat.S_IMODE(os.stat(tmp_path / "cache").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o600}
 
 
 def test_a_cache_directory_that_cannot_hold_records_asks_every_time(tmp_path: Path) -> None:

@@ -33,3 +33,20 @@ def test_a_server_stopped_mid_reply_leaves_no_connection_open(tmp_path):
                 time.sleep(0.2)  # the reply fills the buffers
             gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_a_server_without_etags_gives_no_validator(http):
+    (http.root / "f.bin").write_bytes(b"abcdef")
+
+    def headers():
+        with socket.create_connection(("127.0.0.1", http.port), timeout=10) as client:
+            client.sendall(b"GET /f.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-2\r\n\r\n")
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                reply += client.recv(4096)
+        return reply.split(b"\r\n\r\n")[0].decode().lower()
+
+    assert "etag:" in headers()
+    http.etags = False
+    assert "etag:" not in headers() and "last-modified:" not in headers()
+    assert "content-range: bytes 0-2/6" in headers()

@@ -35,5 +35,5 @@ def test_doc_snippets_run(s3, tmp_path, monkeypatch):
     namespace: dict[str, object] = {"__name__": "docs_remote"}
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), namespace)
-    assert any(p.name == "filled.npy" for p in (tmp_path / "nnh-cache").rglob("*"))
+    assert any(p.name == "pieces.npy" for p in (tmp_path / "nnh-cache").rglob("*"))
     assert not dist.is_initialized()  # the block that started a group ended it

@@ -60,7 +60,9 @@ class FileOptions:
             fsspec filesystem (credentials, endpoint, …), as pandas and xarray take them.
             None: credentials from the environment.
         cache_dir: For a URL: a node-local directory that every process on the node shares
-            to cache the object's bytes (see ``docs/remote.md``). None: nothing is written.
+            to cache the object's bytes (see ``docs/remote.md``). It must be yours (created
+            ``0o700``); one that is not, or is full or read-only, is not used (the store serves
+            the reads, and a warning is logged once). None: nothing is written.
         cache_limit: Most bytes ``cache_dir`` may hold (least recently used objects not in use
             are evicted). None: no cap.
         decoded_budget: Bytes of decoded data the node may hold for datasets decoded whole: a

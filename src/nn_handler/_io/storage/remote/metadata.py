@@ -13,7 +13,12 @@ does not match (damage since it was written), that names another dataset, shape 
 holds an entry that no chunk index of this object could have (coordinates not on the chunk grid
 or not strictly increasing, a chunk outside the object's bytes) is ignored, and the index is
 walked again (and saved over it). The layout check then checks a loaded index as it checks a
-walked one (``file/layout.py``).
+walked one (``file/layout.py``). The SHA-256 is the index's checksum, as the CRC-32 of each
+piece is the cached bytes' (``pieces.py``).
+
+The ``meta`` folder (made ``0o700``) and its files (``0o600``) are opened without following
+symbolic links and used only when they are ours (``owned.py``): a link, or a file another user
+put there, is ignored like a damaged one (and a save replaces the link, never its target).
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ import hashlib
 import os
 import uuid
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
 from ..chunk_index import ChunkIndex
+from .owned import FOLDER_MODE, open_file, open_folder
 
 __all__ = ["FORMAT", "MetadataStore"]
 
@@ -57,8 +64,10 @@ class MetadataStore:
     ) -> ChunkIndex | None:
         """The chunk index saved for dataset ``key``; None when absent or not valid."""
         try:
-            # (our handle: np.load leaks its own when the file is not a zip)
-            with open(self._path(key), "rb") as f:
+            with contextlib.ExitStack() as stack:
+                folder = _closing(stack, self._folder(create=False))
+                # (our handle: np.load leaks its own when the file is not a zip)
+                f = stack.enter_context(os.fdopen(self._open(folder, key, os.O_RDONLY), "rb"))
                 saved = np.load(f, allow_pickle=False)
                 if not isinstance(saved, NpzFile) or set(saved.files) != set(_ARRAYS):
                     return None
@@ -82,28 +91,71 @@ class MetadataStore:
         index = ChunkIndex(
             index.coords[order], index.offsets[order], index.sizes[order], index.masks[order]
         )
-        spare = self.folder / f".{uuid.uuid4().hex}.npz"
-        try:
-            self.folder.mkdir(exist_ok=True)
-            with open(spare, "wb") as f:
-                arrays: dict[str, Any] = {
-                    "format": np.array(FORMAT, dtype=np.int64),
-                    "key": np.array(key),
-                    "shape": np.array(shape, dtype=np.int64),
-                    "chunks": np.array(chunks, dtype=np.int64),
-                    "coords": index.coords,
-                    "offsets": index.offsets,
-                    "sizes": index.sizes,
-                    "masks": index.masks,
-                }
-                np.savez(f, digest=_digest(arrays), **arrays)
-            os.replace(spare, self._path(key))
-        except OSError:  # a full or read-only disk: the next process walks the index again
-            with contextlib.suppress(OSError):
-                spare.unlink()
+        arrays: dict[str, Any] = {
+            "format": np.array(FORMAT, dtype=np.int64),
+            "key": np.array(key),
+            "shape": np.array(shape, dtype=np.int64),
+            "chunks": np.array(chunks, dtype=np.int64),
+            "coords": index.coords,
+            "offsets": index.offsets,
+            "sizes": index.sizes,
+            "masks": index.masks,
+        }
+        with contextlib.suppress(OSError):  # full, read-only, not ours: the next process walks
+            folder = self._folder(create=True)
+            try:
+                _write(folder, _name(key), lambda f: np.savez(f, digest=_digest(arrays), **arrays))
+            finally:
+                os.close(folder)
 
-    def _path(self, key: str) -> Path:
-        return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+    def _folder(self, create: bool) -> int:
+        """The ``meta`` folder's descriptor (made ``0o700`` if ``create``): ours, not a link.
+
+        (The entry is opened the same way, from the cache folder: never through a link.)
+        """
+        entry_path = self.folder.parent
+        root = os.open(entry_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            entry = open_folder(entry_path.name, root, str(entry_path))
+        finally:
+            os.close(root)
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(self.folder.name, FOLDER_MODE, dir_fd=entry)
+            return open_folder(self.folder.name, entry, str(self.folder))
+        finally:
+            os.close(entry)
+
+    def _open(self, folder: int, key: str, flags: int) -> int:
+        return open_file(_name(key), flags, folder, str(self.folder / _name(key)))
+
+
+def _name(key: str) -> str:
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+
+
+def _closing(stack: contextlib.ExitStack, fd: int) -> int:
+    stack.callback(os.close, fd)
+    return fd
+
+
+def _write(folder: int, name: str, write: Callable[[BinaryIO], None]) -> None:
+    """Write file ``name`` in ``folder`` aside, then rename it into place (atomic).
+
+    Raises:
+        OSError: it could not be written (nothing is left behind).
+    """
+    spare = f".{uuid.uuid4().hex}.npz"
+    fd = open_file(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL, folder, spare)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(spare, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(spare, dir_fd=folder)
+        raise
 
 
 def _valid_index(

@@ -12,8 +12,13 @@ Only an answer that came after this process began to open the object is used, so
 was asked for during its own open, as if it had asked itself: a script that replaces an object
 and opens it again asks again. (The moments are the node's monotonic clock, and a record names
 the machine it was written on: a cache directory on a shared file system is shared by nothing
-here.) A record that does not parse or names another URL is not used; nothing waits without a
-bound: a holder stuck past the store's own time limit is waited for no longer.
+here.) A record that does not parse, names another URL, or says it was answered later than now
+(a clock that is not this boot's monotonic clock, or a forged record) is not used; nothing
+waits without a bound: a holder stuck past the store's own time limit is waited for no longer.
+
+Records and locks are trusted only as far as their owner: the cache folder and ``.versions``
+must be ours, and each lock or record is opened without following symbolic links and used only
+when it is a regular file of ours (``owned.py``); else the process asks the store itself.
 """
 
 from __future__ import annotations
@@ -31,10 +36,13 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from ..identity import ObjectVersion
+from .owned import FOLDER_MODE, open_file, open_folder, open_own_root
 
 __all__ = ["open_checked"]
 
 _POLL_S = 0.005
+_FOLDER = ".versions"
+_MAX_RECORD = 64 * 1024  # a record is a few hundred bytes; more is not one of ours
 
 
 class _Versioned(Protocol):
@@ -55,23 +63,37 @@ def open_checked(
     ``wait_s``: the longest wait for another process that is asking (then this one asks too).
     """
     began = time.monotonic()
-    folder = Path(root) / ".versions"
     name = hashlib.sha256(url.encode()).hexdigest()[:40]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError:  # a read-only or full cache directory: every process asks for itself
+        folder = _folder(root)
+    except OSError:  # a cache folder not ours, read-only or full: every process asks itself
+        return make(None)
+    try:
+        fd = open_file(f"{name}.lock", os.O_RDWR | os.O_CREAT, folder, f"{root}/{_FOLDER}")
+    except OSError:
+        os.close(folder)
         return make(None)
     try:
         _lock(fd, wait_s)
-        record = folder / f"{name}.json"
-        recent = _answered_since(record, url, began)
+        recent = _answered_since(folder, f"{name}.json", url, began)
         opened = make(recent)
         if recent is None:
-            _write(record, url, opened.identity)
+            _write(folder, f"{name}.json", url, opened.identity)
         return opened
     finally:
         os.close(fd)  # (and with it the lock)
+        os.close(folder)
+
+
+def _folder(root: str) -> int:
+    """``.versions`` in the cache folder ``root`` (both made if needed; ours, not links)."""
+    top = open_own_root(root)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(_FOLDER, FOLDER_MODE, dir_fd=top)
+        return open_folder(_FOLDER, top, f"{root}/{_FOLDER}")
+    finally:
+        os.close(top)
 
 
 def _lock(fd: int, wait_s: float) -> bool:
@@ -87,11 +109,16 @@ def _lock(fd: int, wait_s: float) -> bool:
             time.sleep(_POLL_S)
 
 
-def _answered_since(record: Path, url: str, began: float) -> ObjectVersion | None:
-    """The version written down for ``url`` on this machine after ``began``, if one was."""
+def _answered_since(folder: int, record: str, url: str, began: float) -> ObjectVersion | None:
+    """The version written down for ``url`` on this machine after ``began``, if one was.
+
+    A record from the future (answered after now: not this boot's clock, or forged) is not.
+    """
     try:
-        saved = json.loads(record.read_text())
-        fresh = saved["machine"] == _machine() and float(saved["answered_at"]) >= began
+        with os.fdopen(open_file(record, os.O_RDONLY, folder, record), "rb") as f:
+            saved = json.loads(f.read(_MAX_RECORD))
+        answered = float(saved["answered_at"])
+        fresh = saved["machine"] == _machine() and began <= answered <= time.monotonic()
         if saved["url"] != url or not fresh:
             return None
         fields = saved["version"]
@@ -119,14 +146,16 @@ def _text(value: object) -> str | None:
     raise TypeError(f"not a text: {value!r}")
 
 
-def _write(record: Path, url: str, version: ObjectVersion) -> None:
+def _write(folder: int, record: str, url: str, version: ObjectVersion) -> None:
     """Write the version down (aside, then renamed into place); a failure is ignored."""
-    spare = record.with_name(f".{uuid.uuid4().hex}.json")
+    spare = f".{uuid.uuid4().hex}.json"
     answered = {"url": url, "version": version.as_record(), "answered_at": time.monotonic()}
     text = json.dumps({**answered, "machine": _machine()})
     try:
-        spare.write_text(text)
-        os.replace(spare, record)
+        fd = open_file(spare, os.O_WRONLY | os.O_CREAT | os.O_EXCL, folder, spare)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(spare, record, src_dir_fd=folder, dst_dir_fd=folder)
     except OSError:
         with contextlib.suppress(OSError):
-            spare.unlink()
+            os.unlink(spare, dir_fd=folder)

@@ -94,7 +94,8 @@ class RangeLocks:
         mine: int | None = getattr(self._local, "fd", None)
         if mine is not None:
             return mine
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # (never through a symbolic link; private to us: see owned.py)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         self._local.fd = fd
         with self._guard:
             self._fds.append(fd)
