@@ -15,10 +15,13 @@ wholly, partly or not at all. CI runs 100 layouts (a few seconds); ``NN_HANDLER_
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -34,10 +37,11 @@ from nn_handler._io.chunks import engine
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
-from nn_handler._io.storage.shm_folder import SHM_DIR_ENV
+from nn_handler._io.storage.shm_folder import SHM_DIR_ENV, user_folder
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     CombinedHDF5Dataset,
+    FileChangedError,
     H5LazyDataset,
     H5SampleDataset,
     RankMemCachedH5Dataset,
@@ -48,6 +52,7 @@ from nn_handler.dataloaders._tensors.tensors import to_tensor
 from helpers.chunk_indexes import INDEX_TYPES, index_kwargs, index_type, write_rows
 from helpers.damage import reduce_precision
 from helpers.load import burners_asked, cpu_burners
+from helpers.users import as_other_user, world_folder
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
 
@@ -360,3 +365,87 @@ def test_every_read_path_equals_h5py_decoded_whole(layout: Layout) -> None:
             except (ValueError, TypeError, OSError):
                 assume(False)
             read_everything(path, samples, layout)
+
+
+# -- a shared node ---------------------------------------------------------------------------
+# The same layouts, decoded whole, on a node where other jobs and users left things behind: a
+# killed job's region (a segment half filled, its filler gone), another user's folder planted
+# under our name (root only), or the file rewritten in place with the same size and mtime while
+# a live dataset of the old bytes keeps their region. Every read equals h5py's of the file now.
+NODE_STATES = ["killed job", "same-size rewrite"] + (["another user"] if os.geteuid() == 0 else [])
+SHARED = settings(PROFILE, max_examples=120 if SLOW else 24)
+_SPARE = 64 * 1024
+
+
+@SHARED
+@given(layout=layouts(), state=st.sampled_from(NODE_STATES))
+def test_every_read_path_equals_h5py_on_a_shared_node(layout: Layout, state: str) -> None:
+    assume(layout.storage == "chunked" and not layout.external_link)
+    with (
+        world_folder() as root,
+        mock.patch.object(engine, "_DECODED_MIN_BYTES", 0),
+        mock.patch.dict(os.environ, {SHM_DIR_ENV: str(root / "shm")}),
+    ):
+        (root / "shm").mkdir(mode=0o1777)
+        (root / "shm").chmod(0o1777)
+        try:
+            path, samples = build(root, layout)
+        except (ValueError, TypeError, OSError):
+            assume(False)
+        kept = leave_behind(state, root, path, layout)
+        if state == "same-size rewrite" and isinstance(kept, H5LazyDataset):
+            time.sleep(0.02)  # (a memory-mapped file is looked at once every 10 ms at most)
+            with pytest.raises(FileChangedError):
+                kept[[0, len(kept) - 1]]  # the old dataset never serves the old region
+        read_everything(path, samples, layout)
+
+
+def leave_behind(state: str, root: Path, path: Path, layout: Layout) -> Any:
+    """Put the node in ``state`` for the file at ``path``; what must stay alive meanwhile."""
+    if state == "killed job":
+        proc = mp.get_context("fork").Process(target=_claim_and_die, args=(str(path),))
+        proc.start()
+        proc.join(60)
+        return None
+    if state == "another user":
+        as_other_user(_plant_folder, user_folder(os.geteuid()))
+        return None
+    with open(path, "ab") as f:
+        f.write(bytes(_SPARE))  # room for the new values' file (HDF5 ignores bytes past its end)
+    old = H5LazyDataset(path, "x")
+    if len(old) > 1:
+        old[[0, len(old) - 1]]  # decoded whole now (a region of the old bytes, kept alive)
+    _rewrite_same_size(root, path, layout)
+    return old
+
+
+def _claim_and_die(path: str) -> None:
+    """A job that claims the first segment of the file's region, scribbles, and is killed."""
+    ds = H5LazyDataset(path, "x")
+    decoded = getattr(getattr(ds._row_readers()[0]._rows, "engine", None), "_decoded", None)
+    view = decoded._attach() if decoded is not None else None
+    if view is not None:
+        segment = decoded._claim(view)
+        if segment is not None:
+            view.blocks[segment * decoded.segment_blocks].view(np.uint8)[...] = 0xAB
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _plant_folder(folder: str) -> None:
+    """As another user: our folder's name, open to all, with files that look like regions."""
+    Path(folder).mkdir(mode=0o777)
+    Path(folder).chmod(0o777)
+    for k in range(3):
+        (Path(folder) / f"{k:032x}").write_bytes(b"NNHREG02" + bytes(70_000))
+
+
+def _rewrite_same_size(root: Path, path: Path, layout: Layout) -> None:
+    """Write other values into ``path`` in place: same size, its mtime put back."""
+    other = root / "other"
+    other.mkdir()
+    new, _ = build(other, replace(layout, seed=layout.seed + 1))
+    before, data = path.stat(), new.read_bytes()
+    assume(len(data) <= before.st_size)
+    with open(path, "r+b") as f:
+        f.write(data.ljust(before.st_size, b"\0"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))

@@ -47,6 +47,7 @@ __all__ = [
     "ReadsMetadata",
     "advice_piece",
     "advise_spans",
+    "read_at",
     "shared_file_memory",
     "shared_memory",
 ]
@@ -274,6 +275,26 @@ def _after(views: list[memoryview], skip: int) -> list[memoryview]:
         rest.append(view[skip:])
         skip = 0
     return rest
+
+
+def read_at(
+    fd: int, name: str, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]
+) -> None:
+    """Fill each buffer with its ``(offset, length)`` range of the open file ``fd`` (``name``).
+
+    For files that are not a dataset's data file (a cache entry's bytes, opened and checked by
+    their owner); short reads are read on.
+
+    Raises:
+        OSError: the file ends before a range does (it was cut short).
+    """
+    for (offset, length), buffer in zip(ranges, buffers, strict=True):
+        view, done = _bytes(buffer), 0
+        while done < length:
+            got = _preadv(fd, [view[done:length]], offset + done)
+            if got <= 0:
+                raise OSError(f"{name!r} ends before byte {offset + length}")
+            done += got
 
 
 def _preadv(fd: int, buffers: Sequence[Buffer], offset: int) -> int:

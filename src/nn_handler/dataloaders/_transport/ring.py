@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..._io.process import PerProcess, process_alive
+from ..._io.process import PerProcess, process_stamp, started_process_alive
 from .pinned import pin_in_place
 from .shared_memory import in_worker_process, new_shared, shm_space
 
@@ -224,8 +224,9 @@ def _take(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[_Lease, torch.Ten
     return None if found is None else (found[0], found[1].view(dtype).view(shape))
 
 
-# a ring's first batch carries the ring: (key, worker pid, ring tensor, slot bytes, slots)
-Announcement = tuple[str, int, torch.Tensor, int, int]
+# a ring's first batch carries the ring: (key, worker's (pid, start time), ring tensor, slot
+# bytes, slots)
+Announcement = tuple[str, tuple[int, int], torch.Tensor, int, int]
 
 
 class SlotRef(NamedTuple):
@@ -280,7 +281,7 @@ class SlotWriter:
         if not ring.announced:
             ring.announced = True
             self.announced.append(
-                (ring.key, os.getpid(), ring.tensor, ring.slot_nbytes, ring.slots)
+                (ring.key, process_stamp(), ring.tensor, ring.slot_nbytes, ring.slots)
             )
         self.sent = True
         return SlotRef(
@@ -314,7 +315,7 @@ class _MainRing:
     tensor: torch.Tensor
     slot_nbytes: int
     slots: int
-    pid: int
+    worker: tuple[int, int]  # (pid, start time): a reused pid is another process
 
     def __post_init__(self) -> None:
         self.array: np.ndarray[Any, Any] = self.tensor.numpy()
@@ -343,8 +344,8 @@ class SlotReader:
 
     def __init__(self, announced: list[Announcement]) -> None:
         self.rings = _received.get()
-        for key, pid, tensor, slot_nbytes, slots in announced:
-            _register(self.rings, key, _MainRing(tensor, slot_nbytes, slots, pid))
+        for key, worker, tensor, slot_nbytes, slots in announced:
+            _register(self.rings, key, _MainRing(tensor, slot_nbytes, slots, worker))
         self.bases: dict[tuple[str, int], torch.Tensor] = {}
 
     def view(self, ref: SlotRef) -> torch.Tensor:
@@ -372,7 +373,7 @@ class SlotReader:
 
 def _register(rings: dict[str, _MainRing], key: str, ring: _MainRing) -> None:
     for old, held in list(rings.items()):
-        if not process_alive(held.pid):  # its worker has exited: no batch will name this ring again
+        if not started_process_alive(*held.worker):  # its worker is gone: no batch will name it
             del rings[old]
     rings[key] = ring
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..byte_source import Buffer
+from ..byte_source import Buffer, read_at
 from ..identity import ObjectVersion
 from . import pieces
 from .eviction import PRIVATE, evict, sweep_private
@@ -49,7 +49,6 @@ from .pieces import Pieces, Row
 __all__ = ["CacheEntry", "entry_name"]
 
 _MAKE_TRIES = 10
-_HAS_PREADV = hasattr(os, "preadv")  # a platform question (all POSIX but old macOS)
 
 
 def entry_name(url: str, version: ObjectVersion, nonce: str | None = None) -> str:
@@ -206,13 +205,7 @@ class CacheEntry:
         Raises:
             OSError: the file could not be read, or ends early (it was cut short under us).
         """
-        for (offset, length), buffer in zip(ranges, buffers, strict=True):
-            view, done = _bytes_of(buffer), 0
-            while done < length:
-                got = _pread_into(self._data_fd, view[done:], offset + done)
-                if got <= 0:
-                    raise OSError(f"{self.data_path!r} ends before byte {offset + length}")
-                done += got
+        read_at(self._data_fd, self.data_path, ranges, buffers)
 
     def close(self, remove: bool = True) -> None:
         """Close the files and release the lock; a private entry no one holds is removed."""
@@ -227,8 +220,12 @@ class CacheEntry:
     def _intact(self, row: Row) -> bool:
         """True when piece ``row``'s bytes match its checksum (remembered when they do)."""
         start, end, crc = row
-        data = os.pread(self._data_fd, end - start, start)
-        if len(data) != end - start or zlib.crc32(data) != crc:
+        data = bytearray(end - start)
+        try:
+            read_at(self._data_fd, self.data_path, [(start, end - start)], [data])
+        except OSError:  # cut short: as damaged
+            return False
+        if zlib.crc32(data) != crc:
             return False
         self._checked.add(row)
         return True
@@ -279,12 +276,3 @@ def _bytes_of(buffer: Buffer) -> memoryview:
     """``buffer`` as a flat view of bytes (C-contiguous buffers only)."""
     target: Any = buffer  # (numpy arrays export the buffer protocol; the stubs do not say so)
     return memoryview(target).cast("B")
-
-
-def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    """Read into ``view`` from ``offset``; the bytes read (0 at the end of the file)."""
-    if _HAS_PREADV:
-        return os.preadv(fd, [view], offset)
-    data = os.pread(fd, view.nbytes, offset)  # (no preadv on this platform: one copy)
-    view[: len(data)] = data
-    return len(data)
