@@ -249,9 +249,15 @@ def _io_read_bytes() -> int:
 
 
 def _shmem_bytes() -> int:
-    """Bytes of nn_handler's node regions now (the decoded copies this pass made)."""
-    folder = Path(os.environ.get("NN_HANDLER_SHM_DIR") or "/dev/shm")
-    return sum(p.stat().st_size for p in folder.glob("nn_handler-*"))
+    """Bytes of nn_handler's node regions now (the decoded copies this pass made).
+
+    Regions live in the user's folder (``nn_handler-<uid>/``); a tree from before that layout
+    (``--src``) kept them in the root.
+    """
+    root = Path(os.environ.get("NN_HANDLER_SHM_DIR") or "/dev/shm")
+    found = [p for p in root.glob("nn_handler-*") if p.is_file()]
+    found += [p for p in root.glob(f"nn_handler-{os.geteuid()}/*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in found)
 
 
 def run_pass(

@@ -10,6 +10,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,7 +239,7 @@ def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     def no_room(name: str, nbytes: int, description: bytes) -> None:
-        raise shm_folder.RegionError("/dev/shm had 1.0 KiB free for a region of 2 MiB")
+        raise shm_folder.NoRoomError("/dev/shm had 1.0 KiB free for a region of 2 MiB")
 
     monkeypatch.setattr(decoded_module, "open_region", no_room)
     caplog.set_level(logging.WARNING)
@@ -385,3 +386,47 @@ def test_a_script_that_ends_leaves_no_region_behind(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "1"  # the copy its workers read while it ran
     assert regions(shm) == []  # gone with the last process that used it
+
+
+_TRAIN_UNTIL_KILLED = """
+import os, sys
+from nn_handler.dataloaders import H5LazyDataset, batched_loader
+
+ds = H5LazyDataset(sys.argv[1], "x", "y")
+loader = batched_loader(
+    ds, 16, shuffle=True, num_workers=2, multiprocessing_context="fork",
+    persistent_workers=True, timeout=120,
+)
+for xb, yb in loader:
+    pass
+print("decoded", flush=True)
+while True:
+    for xb, yb in loader:
+        pass
+"""  # a training job; its scheduler ends all its processes at once
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_a_job_ended_by_its_scheduler_leaves_no_region_after_the_next_open(
+    gzip_file: Path, shm: Path, make_h5: Any, signal_name: str
+) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _TRAIN_UNTIL_KILLED, str(gzip_file)],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ), start_new_session=True,
+    ) as job:  # fmt: skip
+        assert job.stdout is not None and job.stdout.readline().strip() == "decoded"
+        assert len(regions(shm)) == 1
+        os.killpg(job.pid, getattr(signal, signal_name))  # the job and its workers
+        job.wait(TIMEOUT)
+    if signal_name == "SIGTERM":  # released by the job's own processes as they ended
+        deadline = time.monotonic() + TIMEOUT
+        while regions(shm) and time.monotonic() < deadline:
+            time.sleep(0.05)  # (its workers end a moment after their parent)
+        assert regions(shm) == []
+        return
+    assert len(regions(shm)) == 1  # killed: nobody ran anything
+    other = make_h5({"x": np.arange(10.0)})  # any dataset at all, not a decoded one
+    H5LazyDataset(other, "x")[3]
+    assert regions(shm) == []  # the next process that opened a dataset swept it

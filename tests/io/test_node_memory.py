@@ -86,13 +86,20 @@ def _join_and_die(name: str, ready: Any, how: str) -> None:
     signal.pause()  # killed, below
 
 
-@pytest.mark.parametrize("how", ["exit", "SIGKILL"])
-def test_a_dead_user_does_not_keep_a_region(shm: Path, how: str) -> None:
+def _user(name: str, how: str) -> Any:
+    """A forked process that has joined region ``name``: it exits without releasing it, or
+    (``"SIGKILL"``) waits to be killed."""
     ctx = mp.get_context("fork")
     ready = ctx.Event()
-    proc = ctx.Process(target=_join_and_die, args=("dead", ready, how))
+    proc = ctx.Process(target=_join_and_die, args=(name, ready, how))
     proc.start()
     assert ready.wait(TIMEOUT)
+    return proc
+
+
+@pytest.mark.parametrize("how", ["exit", "SIGKILL"])
+def test_a_dead_user_does_not_keep_a_region(shm: Path, how: str) -> None:
+    proc = _user("dead", how)
     mine = node_memory.open_region("dead", 4096, b"dead")
     if how == "SIGKILL":
         proc.kill()
@@ -103,11 +110,7 @@ def test_a_dead_user_does_not_keep_a_region(shm: Path, how: str) -> None:
 
 
 def test_a_killed_jobs_region_is_swept_and_never_counted(shm: Path) -> None:
-    ctx = mp.get_context("fork")
-    ready = ctx.Event()
-    proc = ctx.Process(target=_join_and_die, args=("orphan", ready, "SIGKILL"))
-    proc.start()
-    assert ready.wait(TIMEOUT)
+    proc = _user("orphan", "SIGKILL")
     assert node_memory.node_regions_bytes() > 0  # in use: counted
     proc.kill()
     proc.join(TIMEOUT)
@@ -119,15 +122,20 @@ def test_a_killed_jobs_region_is_swept_and_never_counted(shm: Path) -> None:
 def test_a_reused_pid_keeps_nothing_alive(shm: Path) -> None:
     # users are known by a lock that dies with them: a new process under a dead user's pid
     # (pids wrap around) holds no lock, so the region goes all the same
-    ctx = mp.get_context("fork")
-    ready = ctx.Event()
-    proc = ctx.Process(target=_join_and_die, args=("reused", ready, "exit"))
-    proc.start()
-    assert ready.wait(TIMEOUT)
+    proc = _user("reused", "exit")
     proc.join(TIMEOUT)
-    assert proc.pid is not None
     with process_with_pid(proc.pid):
         assert region_sweep.sweep() == 1 and regions(shm) == []
+
+
+def test_a_pinned_region_outlives_its_users_and_goes_with_its_pin(shm: Path) -> None:
+    pin = node_memory.pin("kept")  # the process that built the dataset, before any read
+    assert pin is not None
+    proc = _user("kept", "exit")  # a DataLoader worker of one epoch: joins, ends
+    proc.join(TIMEOUT)
+    assert region_sweep.sweep() == 0 and regions(shm) == ["kept"]  # the next epoch finds it
+    pin.release()
+    assert regions(shm) == []
 
 
 def test_no_room_says_what_is_true_and_leaves_nothing(
@@ -185,10 +193,18 @@ def _plant(folder_path: str, name: str) -> None:
     (folder / name).write_bytes(b"NNHREG02" + b"\0" * 70_000)
 
 
+def _plant_sparse(path: str) -> None:
+    """As another user: a 1 TiB sparse file under our prefix, readable by all (no memory)."""
+    with open(path, "wb") as f:
+        f.truncate(1 << 40)
+    os.chmod(path, 0o666)
+
+
 @needs_root
 def test_another_users_folder_is_never_trusted(shm: Path) -> None:
     planted = Path(shm_folder.user_folder())
     as_other_user(_plant, str(planted), "x")
+    as_other_user(_plant_sparse, str(shm / f"nn_handler-{'ab' * 16}"))  # the old layout's names
     assert planted.stat().st_uid == OTHER_UID
     with pytest.raises(shm_folder.RegionError, match=f"belongs to uid {OTHER_UID}"):
         node_memory.open_region("x", 4096, b"x")

@@ -32,12 +32,12 @@ from nn_handler._io.storage.remote.cached_file import CachedFile
 from nn_handler._io.storage.remote.eviction import make_room
 from nn_handler._io.storage.remote.object_file import RemoteFile
 
+from helpers.users import OTHER_UID, as_other_user, needs_root
+
 SIZE = 400_000
 DATA = np.random.default_rng(5).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
 OTHER = np.random.default_rng(6).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
-OTHER_UID = 1234  # a user that is not us
 TIMEOUT = 60
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 
 
 @pytest.fixture(autouse=True)
@@ -276,7 +276,7 @@ def _only_from_the_store(http: Any, source: CachedFile, caplog: pytest.LogCaptur
     return said
 
 
-@as_root
+@needs_root
 def test_a_cache_folder_of_another_user_is_not_used(
     http: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -318,13 +318,7 @@ def _plant_in(folder: int, name: str, fake: bytes) -> None:
     os.close(entry)
 
 
-def _plant_as_another_user(folder: int, name: str) -> None:
-    os.setgid(OTHER_UID)
-    os.setuid(OTHER_UID)
-    _plant_in(folder, name, OTHER)
-
-
-@as_root
+@needs_root
 @pytest.mark.slow  # a forked process
 @pytest.mark.timeout(120)
 def test_an_entry_planted_by_another_user_is_not_used(
@@ -337,13 +331,9 @@ def test_an_entry_planted_by_another_user_is_not_used(
     source = _cached(http, cache)
     entry = cache / entry_name(source.remote.url, source.identity)
     folder = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)  # the planter's way in (forked)
-    planter = mp.get_context("fork").Process(
-        target=_plant_as_another_user, args=(folder, entry.name)
-    )
-    planter.start()
-    planter.join(TIMEOUT)
+    as_other_user(_plant_in, folder, entry.name, OTHER)
     os.close(folder)
-    assert planter.exitcode == 0 and os.stat(entry).st_uid == OTHER_UID
+    assert os.stat(entry).st_uid == OTHER_UID
     said = _only_from_the_store(http, source, caplog)
     assert f"holds {str(entry)!r}, which is owned by uid {OTHER_UID}" in said
     assert (entry / "data").read_bytes() == OTHER  # neither read nor written
@@ -394,7 +384,7 @@ def test_a_cache_that_cannot_be_written_is_not_used(
     assert len(tries) == 1  # then the cache is off for this object: not tried again
 
 
-@as_root
+@needs_root
 @pytest.mark.timeout(120)  # (mount is a process of its own)
 def test_a_read_only_cache_folder_is_not_used(
     http: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -424,7 +414,7 @@ def _mounted(folder: Path, *how: str) -> Iterator[None]:
         subprocess.run(["umount", str(folder)], check=True, timeout=TIMEOUT)
 
 
-@as_root
+@needs_root
 @pytest.mark.timeout(120)  # (mount is a process of its own)
 def test_a_full_cache_folder_is_not_used(
     http: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -483,7 +473,7 @@ def test_the_cache_is_private_to_its_user(http: Any, tmp_path: Path) -> None:
     assert len(files) >= 7 and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o600}
 
 
-@as_root
+@needs_root
 def test_eviction_never_touches_what_is_not_ours(tmp_path: Path) -> None:
     cache, elsewhere = tmp_path / "c", tmp_path / "elsewhere"
     cache.mkdir(mode=0o700)

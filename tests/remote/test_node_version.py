@@ -19,6 +19,7 @@ from nn_handler._io.storage.remote import node_version
 from nn_handler._io.storage.remote.node_version import open_checked
 
 from helpers.process import together
+from helpers.users import needs_root
 
 PROBE = (0, 1)  # the one-byte range that asks for the object's version
 TIMEOUT = 60
@@ -157,7 +158,7 @@ def test_a_record_that_is_a_link_is_not_used(
     assert _open(tmp_path, ObjectVersion(10, '"b"')).asked
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another user")
+@needs_root
 def test_records_locks_and_folders_of_another_user_are_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -315,3 +315,17 @@ def test_wait_advice_names_a_url_read_without_a_cache(http, tmp_path):
     assert any("cache_dir=" in line and "f.h5" in line for line in wait_advice(bare))
     cached = H5LazyDataset(http.url("f.h5"), "x", "y", cache_dir=tmp_path / "c")
     assert not any("cache_dir=" in a for a in wait_advice(batched_loader(cached, 64)))
+
+
+def test_a_random_order_over_a_url_is_said_truthfully(http, caplog):
+    # a URL is never decoded whole, whatever the budget: the warning says so, and does not ask
+    # to raise a budget that would change nothing
+    _write(http.root / "f.h5", n=20_000)  # 1.2 MiB decoded: a local file would be decoded whole
+    ds = H5LazyDataset(http.url("f.h5"), "x", "y", rdcc_nbytes=4 * CHUNK * WIDTH * 4)
+    caplog.set_level("WARNING")
+    for _ in batched_loader(ds, 256, shuffle=True, generator=torch.Generator().manual_seed(0)):
+        pass
+    said = [r.getMessage() for r in caplog.records if "random order" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "read over a URL (never decoded whole)" in said[0]
+    assert "budget" not in said[0] and "ChunkShuffleSampler" in said[0]

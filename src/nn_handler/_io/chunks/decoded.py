@@ -58,6 +58,7 @@ from ..storage.node_memory import (
     pin,
 )
 from ..storage.shm_folder import (
+    NoRoomError,
     RegionError,
     region_exists,
     shm_dir,
@@ -334,12 +335,16 @@ class DecodedBlocks:
             return None
         try:
             return open_region(self.name, self.nbytes, self.description)
-        except RegionError as exc:
-            remedy = "; give the node more shared memory (docker run --shm-size=...)"
+        except NoRoomError as exc:
             _say_once(
                 self.where,
-                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it"
-                f"{remedy if 'free for a region' in str(exc) else ''}",
+                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it; "
+                "give the node more shared memory (docker run --shm-size=...)",
+            )
+        except RegionError as exc:
+            _say_once(
+                self.where,
+                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it",
             )
         except OSError as exc:
             _say_once(self.where, f"its decoded copy cannot be shared ({exc})")

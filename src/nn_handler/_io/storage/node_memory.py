@@ -50,6 +50,7 @@ from .region_sweep import hold, sweep, sweep_name
 from .shm_folder import (
     PINS,
     USERS,
+    NoRoomError,
     RegionError,
     folder,
     open_file,
@@ -378,7 +379,7 @@ def _make(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
             os.posix_fallocate(fd, 0, size)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
-                raise RegionError(
+                raise NoRoomError(
                     f"{shm_dir()} had {format_bytes(room)} free for a region of "
                     f"{format_bytes(size)} and could not allocate it"
                 ) from exc

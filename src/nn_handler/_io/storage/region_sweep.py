@@ -8,7 +8,9 @@ user's regions (only live regions count), and at every exit. Each
 process also releases what it holds (``hold`` registers it) when it ends: after multiprocessing
 has ended its daemonic children (DataLoader workers), and on SIGTERM, what schedulers send
 first, before going on to the handler that was there before (a framework's, the user's, or the
-default: the process then ends by the signal as it would have).
+default: the process then ends by the signal as it would have). torch's DataLoader workers end
+on SIGTERM without running Python, so the process that started them sweeps until they are gone
+(a second at most) before it goes on.
 
 ``sweep(uid)`` serves ``nn-handler regions --sweep`` (root sweeps every user's folder).
 """
@@ -16,6 +18,7 @@ default: the process then ends by the signal as it would have).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import threading
@@ -45,6 +48,7 @@ __all__ = [
 ]
 
 _SWEEP_EVERY_S = 1.0
+_CHILDREN_WAIT_S = 1.0  # on SIGTERM: how long the children (workers) may take to end too
 _held: list[weakref.ref[Held]] = []  # this process's regions and pins
 _exit_arranged = -1  # the process generation that arranged its release and sweep at exit
 _last_sweep = 0.0
@@ -149,13 +153,31 @@ def _catch_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    _release_and_sweep()
+    _release_all()
+    _sweep_as_children_end()
     previous = _previous_sigterm
     if callable(previous):
         previous(signum, frame)
         return
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # end as the signal would have ended it
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _sweep_as_children_end() -> None:
+    """Sweep until this process's children have ended, ``_CHILDREN_WAIT_S`` at most.
+
+    A scheduler's SIGTERM reaches a job's DataLoader workers too, and torch's handler in a
+    worker ends it at once, without our release: their regions are unused only once they
+    are gone, a moment after the signal.
+    """
+    deadline = time.monotonic() + _CHILDREN_WAIT_S
+    while True:
+        done = not multiprocessing.active_children() or time.monotonic() >= deadline
+        with contextlib.suppress(OSError):
+            sweep()
+        if done:
+            return
+        time.sleep(0.01)
 
 
 def _forget_inherited() -> None:

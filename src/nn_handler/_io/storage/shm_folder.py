@@ -29,6 +29,7 @@ __all__ = [
     "PINS",
     "SHM_DIR_ENV",
     "USERS",
+    "NoRoomError",
     "RegionError",
     "folder",
     "folder_owners",
@@ -56,6 +57,10 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 class RegionError(OSError):
     """No shared region for this dataset; the message says why, truthfully, for the user."""
+
+
+class NoRoomError(RegionError):
+    """The shared memory has no room for the region (the remedy: give the node more)."""
 
 
 def shm_dir() -> str:

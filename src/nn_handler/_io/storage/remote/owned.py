@@ -33,10 +33,10 @@ __all__ = [
     "FILE_MODE",
     "FOLDER_MODE",
     "CacheRefusedError",
+    "is_ours",
     "open_file",
     "open_folder",
     "open_own_root",
-    "is_ours",
     "reason",
 ]
 
