@@ -137,6 +137,7 @@ def test_storage_is_the_floor_of_io():
     allowed = (
         STORAGE,
         f"{IO}.errors",
+        f"{IO}.notices",
         f"{IO}.process",
         f"{IO}.indices",
         "nn_handler._validate",

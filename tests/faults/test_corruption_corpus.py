@@ -1,5 +1,6 @@
 """A seeded corpus of damaged files: each ends in the right bytes (what h5py reads) or a clean
-exception within 10 s, never wrong data, a hang or a signal.
+exception within 10 s, never wrong data, a hang or a signal; the compressed ones also decoded
+whole after a job killed mid-pass left the file's region (a segment half filled) behind.
 
 Every case is read in child processes (``corruption.py``), once with h5py for the reference and
 once with ``H5LazyDataset`` (batch, per-sample and whole-range reads). CI reads two seeds of the
@@ -12,8 +13,12 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from dataclasses import replace
+from unittest import mock
 
 import pytest
+
+from nn_handler._io.storage.shm_folder import SHM_DIR_ENV
 
 from helpers.corruption import CASE_SECONDS, Case, Outcome, build_corpus, run_cases
 
@@ -52,6 +57,13 @@ def test_damaged_files_read_right_or_fail_cleanly(tmp_path):
         cases += build_corpus(folder, seed, flips_per_region=3 if SLOW else 2)
     reference = run_cases("h5py", cases, tmp_path)
     ours = run_cases("ours", cases, tmp_path)
+    # the compressed cases again, decoded whole, each after a killed job left its region behind
+    shared = [k for k, c in enumerate(cases) if c.base.startswith("gzip")]
+    (tmp_path / "shm").mkdir()
+    with mock.patch.dict(os.environ, {SHM_DIR_ENV: str(tmp_path / "shm")}):
+        ours += run_cases("ours-shared", [cases[k] for k in shared], tmp_path)
+    cases += [replace(cases[k], damage=f"{cases[k].damage}, after a killed job") for k in shared]
+    reference += [reference[k] for k in shared]
     verdicts = [verdict(r, o) for r, o in zip(reference, ours, strict=True)]
     counts = Counter(verdicts)
     report = os.environ.get("NN_HANDLER_CORPUS_REPORT")

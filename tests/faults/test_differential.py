@@ -15,9 +15,7 @@ wholly, partly or not at all. CI runs 100 layouts (a few seconds); ``NN_HANDLER_
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -52,6 +50,7 @@ from nn_handler.dataloaders._tensors.tensors import to_tensor
 from helpers.chunk_indexes import INDEX_TYPES, index_kwargs, index_type, write_rows
 from helpers.damage import reduce_precision
 from helpers.load import burners_asked, cpu_burners
+from helpers.shared_node import after_a_killed_job, plant_folder
 from helpers.users import as_other_user, world_folder
 
 hdf5plugin = pytest.importorskip("hdf5plugin")
@@ -403,12 +402,10 @@ def test_every_read_path_equals_h5py_on_a_shared_node(layout: Layout, state: str
 def leave_behind(state: str, root: Path, path: Path, layout: Layout) -> Any:
     """Put the node in ``state`` for the file at ``path``; what must stay alive meanwhile."""
     if state == "killed job":
-        proc = mp.get_context("fork").Process(target=_claim_and_die, args=(str(path),))
-        proc.start()
-        proc.join(60)
+        after_a_killed_job(str(path))
         return None
     if state == "another user":
-        as_other_user(_plant_folder, user_folder(os.geteuid()))
+        as_other_user(plant_folder, user_folder(os.geteuid()))
         return None
     with open(path, "ab") as f:
         f.write(bytes(_SPARE))  # room for the new values' file (HDF5 ignores bytes past its end)
@@ -417,26 +414,6 @@ def leave_behind(state: str, root: Path, path: Path, layout: Layout) -> Any:
         old[[0, len(old) - 1]]  # decoded whole now (a region of the old bytes, kept alive)
     _rewrite_same_size(root, path, layout)
     return old
-
-
-def _claim_and_die(path: str) -> None:
-    """A job that claims the first segment of the file's region, scribbles, and is killed."""
-    ds = H5LazyDataset(path, "x")
-    decoded = getattr(getattr(ds._row_readers()[0]._rows, "engine", None), "_decoded", None)
-    view = decoded._attach() if decoded is not None else None
-    if view is not None:
-        segment = decoded._claim(view)
-        if segment is not None:
-            view.blocks[segment * decoded.segment_blocks].view(np.uint8)[...] = 0xAB
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _plant_folder(folder: str) -> None:
-    """As another user: our folder's name, open to all, with files that look like regions."""
-    Path(folder).mkdir(mode=0o777)
-    Path(folder).chmod(0o777)
-    for k in range(3):
-        (Path(folder) / f"{k:032x}").write_bytes(b"NNHREG02" + bytes(70_000))
 
 
 def _rewrite_same_size(root: Path, path: Path, layout: Layout) -> None:

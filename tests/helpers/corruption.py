@@ -6,11 +6,13 @@ and byte flips in the superblock, the dataset's object header, the chunk index (
 extensible array) and the data itself.
 
 ``run_cases`` reads every case in one child process per reader (``h5py`` for the reference,
-``ours`` for ``H5LazyDataset``); the child reports each case as it starts and ends, so a case
-that hangs (no end within its deadline) or kills the child (a signal) is pinned on that case,
-and the child is restarted after it ("per-case fallback").
+``ours`` for ``H5LazyDataset``, ``ours-shared`` for it decoded whole after a job killed mid-pass
+left the file's region behind: ``shared_node.py``); the child reports each case as it starts
+and ends, so a case that hangs (no end within its deadline) or kills the child (a signal) is
+pinned on that case, and the child is restarted after it ("per-case fallback").
 
-Run as a script, this module is that child: ``python corruption.py {h5py|ours} cases.json``.
+Run as a script, this module is that child: ``python corruption.py {h5py|ours|ours-shared}
+cases.json``.
 """
 
 from __future__ import annotations
@@ -233,11 +235,22 @@ def _read_ours(path: str) -> np.ndarray[Any, Any]:
     return batch
 
 
+def _read_after_a_killed_job(path: str) -> np.ndarray[Any, Any]:
+    from shared_node import after_a_killed_job  # (this file runs as a script: helpers/ on path)
+
+    after_a_killed_job(path)
+    return _read_ours(path)
+
+
 def _child(mode: str, spec: str, first: int) -> None:
     paths = json.loads(Path(spec).read_text())
-    read = _read_h5py if mode == "h5py" else _read_ours
-    if mode == "ours":
+    read = {"h5py": _read_h5py, "ours": _read_ours, "ours-shared": _read_after_a_killed_job}[mode]
+    if mode.startswith("ours"):
         import nn_handler.dataloaders  # noqa: F401  (imported before the first case's clock)
+    if mode == "ours-shared":  # every chunked dataset decoded whole, however small
+        from nn_handler._io.chunks import engine
+
+        engine._DECODED_MIN_BYTES = 0
     for i in range(first, len(paths)):
         print(json.dumps({"start": i}), flush=True)
         began = time.perf_counter()

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nn_handler._io import notices
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import _open_remote
 from nn_handler._io.storage.identity import ObjectVersion
-from nn_handler._io.storage.remote import cache_dir, notices, pieces
+from nn_handler._io.storage.remote import cache_dir, pieces
 from nn_handler._io.storage.remote.cache_dir import CacheEntry, entry_name
 from nn_handler._io.storage.remote.cached_file import CachedFile
 from nn_handler._io.storage.remote.eviction import make_room

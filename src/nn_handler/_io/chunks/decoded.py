@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import time
 import weakref
@@ -49,6 +48,7 @@ import numpy as np
 
 from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
+from ..notices import say_once
 from ..process import PerProcess, process_stamp
 from ..storage.node_memory import (
     Region,
@@ -85,8 +85,6 @@ _WAIT_S = 0.002  # between two looks at segments another process is filling
 _AHEAD = 3  # segments past the one being filled whose raw bytes are read ahead
 _LAYOUT = 2  # this module's layout of a region (in every description)
 _EMPTY, _LOADING, _READY = 0, 1, 2
-_log = logging.getLogger(__name__)
-_said: set[str] = set()
 
 # ``fill(first, count, dest)``: decode blocks ``[first, first + count)`` into ``dest`` (their
 # rows, C-contiguous); ``advise(first, count)``: have those blocks' raw bytes read ahead
@@ -414,6 +412,5 @@ def _name_of(description: bytes) -> str:
 
 
 def _say_once(what: str, message: str) -> None:
-    if what not in _said:
-        _said.add(what)
-        _log.warning("nn_handler: %s: %s", what, message)
+    """Say ``message`` about ``what`` (the dataset) once per process."""
+    say_once(what, f"{what}: {message}")

@@ -37,12 +37,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...notices import say_once
 from ..byte_source import Buffer, read_at
 from ..identity import ObjectVersion
 from . import pieces
 from .eviction import PRIVATE, evict, sweep_private
 from .intervals import Intervals, empty
-from .notices import say_once
 from .owned import FOLDER_MODE, open_file, open_folder, open_own_root
 from .pieces import Pieces, Row
 

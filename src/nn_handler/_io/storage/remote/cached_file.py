@@ -41,6 +41,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from ...notices import say_once
 from ...process import PerProcess
 from ..byte_source import Buffer
 from ..chunk_index import ChunkIndex
@@ -50,7 +51,6 @@ from .eviction import make_room
 from .fallback import CacheFailedError, Fetch, cache_side, serve_fetched
 from .intervals import Intervals, covered, missing
 from .metadata import MetadataStore
-from .notices import say_once
 from .object_file import RemoteFile
 from .owned import CacheRefusedError, reason
 from .pieces import Row
