@@ -428,5 +428,15 @@ def test_a_job_ended_by_its_scheduler_leaves_no_region_after_the_next_open(
         return
     assert len(regions(shm)) == 1  # killed: nobody ran anything
     other = make_h5({"x": np.arange(10.0)})  # any dataset at all, not a decoded one
-    H5LazyDataset(other, "x")[3]
+    opened = subprocess.run(
+        [sys.executable, "-c", _OPEN_ANY, str(other)], env=dict(os.environ), timeout=TIMEOUT
+    )
+    assert opened.returncode == 0
     assert regions(shm) == []  # the next process that opened a dataset swept it
+
+
+_OPEN_ANY = """
+import sys
+from nn_handler.dataloaders import H5LazyDataset
+H5LazyDataset(sys.argv[1], "x")[3]
+"""
