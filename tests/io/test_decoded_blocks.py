@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from nn_handler._io.chunks import block_claims, sources
+from nn_handler._io.chunks import block_claims, fill_report, sources
 from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks.decoded import DecodedBlocks
 from nn_handler._io.storage import node_memory, shm_folder
@@ -489,3 +489,26 @@ import sys
 from nn_handler.dataloaders import H5LazyDataset
 H5LazyDataset(sys.argv[1], "x")[3]
 """
+
+
+def test_the_maker_reports_the_copy_once_it_is_whole(
+    gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(fill_report, "PROGRESS_BYTES", 0)  # (a big file's bar, on a small one)
+    caplog.set_level(logging.INFO, logger="nn_handler")
+    ds = H5LazyDataset(gzip_file, "x")
+    ds[[200, 3, 100]]
+    report = engine_of(ds)._decoded._view.peek().report
+    assert report is not None and report._bar is not None  # (drawn on a terminal only)
+    ds[::-1]  # every block: the copy is whole
+    said = [r.getMessage() for r in caplog.records if "decoded whole" in r.getMessage()]
+    assert len(said) == 1 and "(2.4 MiB) in" in said[0] and shm_folder.user_folder() in said[0]
+
+
+def test_no_bar_when_asked(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fill_report, "PROGRESS_BYTES", 0)
+    monkeypatch.setenv(fill_report.PROGRESS_ENV, "0")
+    ds = H5LazyDataset(gzip_file, "x")
+    ds[[200, 3, 100]]
+    report = engine_of(ds)._decoded._view.peek().report
+    assert report is not None and report._bar is None
