@@ -11,7 +11,7 @@ import numpy as np
 
 
 def after_a_killed_job(path: str) -> None:
-    """Leave what a job killed mid-pass leaves: the file's region, a segment half filled."""
+    """Leave what a job killed mid-epoch leaves: the file's region, blocks half decoded."""
     proc = mp.get_context("fork").Process(target=_claim_and_die, args=(path,))
     proc.start()
     proc.join(60)
@@ -19,7 +19,7 @@ def after_a_killed_job(path: str) -> None:
 
 
 def _claim_and_die(path: str) -> None:
-    """Claim the first segment of the file's decoded region, scribble into it, be killed."""
+    """Claim the first blocks of the file's decoded region, scribble into them, be killed."""
     try:
         from nn_handler.dataloaders import H5LazyDataset
 
@@ -27,10 +27,10 @@ def _claim_and_die(path: str) -> None:
         engine = getattr(ds._row_readers()[0]._rows, "engine", None)
         decoded = getattr(engine, "_decoded", None)
         view = decoded._attach() if decoded is not None else None
-        if decoded is not None and view is not None:
-            segment = decoded._claim(view)
-            if segment is not None:
-                view.blocks[segment * decoded.segment_blocks].view(np.uint8)[...] = 0xAB
+        if view is not None and view.claims is not None:
+            first = np.arange(min(3, decoded.geometry.count))
+            mine, _ = view.claims.claim(first, stalled=False)
+            view.blocks[mine].view(np.uint8)[...] = 0xAB
     finally:
         os.kill(os.getpid(), signal.SIGKILL)  # (a damaged file may fail first: killed all the same)
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io.chunks import block_claims, fill_report, sources
 from nn_handler._io.chunks import decoded as decoded_module
-from nn_handler._io.chunks import sources
 from nn_handler._io.chunks.decoded import DecodedBlocks
-from nn_handler._io.storage import shm_folder
+from nn_handler._io.storage import node_memory, shm_folder
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     FileOptions,
@@ -140,7 +140,7 @@ def test_forkserver_workers_share_one_copy_by_name(
         assert len(regions(shm)) == 1  # both workers read one region
 
 
-def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path) -> None:
+def test_a_peek_does_not_begin_the_copy_a_batch_does(gzip_file: Path, shm: Path) -> None:
     ds = H5LazyDataset(gzip_file, "x")
     engine = engine_of(ds)
     np.testing.assert_array_equal(ds[5].numpy(), h5_rows(gzip_file, "x", [5])[0])
@@ -148,8 +148,10 @@ def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path)
     assert engine._decoded.ready() is None and regions(shm) == []
     rows = [200, 3, 3, 100, 17]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
-    assert engine._decoded.ready() is not None and len(regions(shm)) == 1
+    assert len(regions(shm)) == 1  # the copy is begun: its 4 blocks, not all 26
+    assert engine._decoded.ready() is None
     np.testing.assert_array_equal(ds[::-1].numpy(), h5_rows(gzip_file, "x")[::-1])
+    assert engine._decoded.ready() is not None  # every block read once: the copy is whole
     np.testing.assert_array_equal(ds[10:60].numpy(), h5_rows(gzip_file, "x")[10:60])
 
 
@@ -238,7 +240,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
 def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def no_room(name: str, nbytes: int, description: bytes) -> None:
+    def no_room(name: str, nbytes: int, description: bytes, reserve: int = 0) -> None:
         raise shm_folder.NoRoomError("/dev/shm had 1.0 KiB free for a region of 2 MiB")
 
     monkeypatch.setattr(decoded_module, "open_region", no_room)
@@ -251,53 +253,81 @@ def test_a_region_that_cannot_be_made_leaves_the_window(
     assert len(said) == 1 and "1.0 KiB free" in said[0] and "--shm-size" in said[0]
 
 
+def test_shared_memory_that_fills_up_midway_leaves_the_window(
+    gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    ds = H5LazyDataset(gzip_file, "x")
+    first = [200, 3, 100]
+    np.testing.assert_array_equal(ds[first].numpy(), h5_rows(gzip_file, "x", first))
+
+    def full(self: Any, offset: int, length: int) -> None:
+        raise shm_folder.NoRoomError("/dev/shm had 1.0 KiB free and could not give 96.0 KiB")
+
+    monkeypatch.setattr(node_memory.Region, "reserve", full)  # another job took the rest
+    rows = [9, 150, 3, 77]
+    np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
+    np.testing.assert_array_equal(ds[::-1].numpy(), h5_rows(gzip_file, "x")[::-1])
+    said = [r.getMessage() for r in caplog.records if "ran out of shared memory" in r.getMessage()]
+    assert len(said) == 1 and "--shm-size" in said[0] and "1.0 KiB free" in said[0]
+
+
 def geometry_of(path: Path) -> Any:
     return engine_of(H5LazyDataset(path, "x")).geometry
 
 
-def _claim_and_die(store: DecodedBlocks, claimed: Any, how: str) -> None:
+def ids(*blocks: int) -> np.ndarray[Any, Any]:
+    return np.array(blocks, dtype=np.int64)
+
+
+def _claim_and_die(store: DecodedBlocks, blocks: list[int], claimed: Any, how: str) -> None:
     view = store._attach()
-    assert view is not None
-    claimed.put(store._claim(view))
+    assert view is not None and view.claims is not None
+    mine, _ = view.claims.claim(ids(*blocks), stalled=False)
+    claimed.put(mine.tolist())
     if how == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)  # alive, but never goes on: a stalled filler
     signal.pause()  # killed by the test
 
 
-def _filler(store: DecodedBlocks, how: str) -> tuple[Any, int]:
-    """A forked process that claims the next segment, then is stopped or waits to be killed."""
+def _filler(store: DecodedBlocks, blocks: list[int], how: str) -> tuple[Any, list[int]]:
+    """A forked process that claims ``blocks``, then is stopped or waits to be killed."""
     ctx = mp.get_context("fork")
     claimed = ctx.SimpleQueue()  # (written at once: the filler stops right after)
-    proc = ctx.Process(target=_claim_and_die, args=(store, claimed, how))
+    proc = ctx.Process(target=_claim_and_die, args=(store, blocks, claimed, how))
     proc.start()
     return proc, claimed.get()
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
-def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path, named: bool) -> None:
-    geometry = geometry_of(gzip_file)
-    facts = {"unit": "claims"} if named else None
-    store = DecodedBlocks(geometry, facts, segment_bytes=4 * geometry.block_nbytes)
-    assert (store.segment_blocks, store.segments) == (4, 7)  # 26 blocks
+def test_blocks_are_claimed_once_settled_and_taken_over(gzip_file: Path, named: bool) -> None:
+    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "claims"} if named else None)
     view = store._attach()
-    assert view is not None
-    assert [store._claim(view), store._claim(view)] == [0, 1]
-    store._settle(view, 0, decoded_module._READY)
-    store._settle(view, 1, decoded_module._EMPTY)  # a fill that failed: claimed again
-    assert store._claim(view) == 1
-    proc, segment = _filler(store, "kill")
-    assert segment == 2
+    assert view is not None and view.claims is not None
+    claims = view.claims
+    mine, others = claims.claim(ids(0, 1), stalled=False)
+    assert mine.tolist() == [0, 1] and not others
+    claims.settle(ids(0), ok=True)
+    claims.settle(ids(1), ok=False)  # a fill that failed: claimed again
+    assert claims.claim(ids(0, 1), stalled=False)[0].tolist() == [1]  # 0 is decoded already
+    proc, taken = _filler(store, [1, 2, 3], "kill")
+    assert taken == [2, 3]  # 1 is this process's (alive): not the other's to take
+    assert claims.claim(ids(2, 4), stalled=False)[0].tolist() == [4]  # 2: its filler works
+    assert claims.claim(ids(2), stalled=False)[1]  # ... so this read waits for it
     proc.kill()  # its filler was killed mid-fill
     proc.join(TIMEOUT)
-    assert proc.pid is not None
     with process_with_pid(proc.pid):  # and its pid now names another process
-        for k in range(3, 7):
-            assert store._claim(view) == k
-        assert store._claim(view) == 2  # nothing EMPTY: the dead filler's segment, at once
-    assert store._claim(view) is None and not view.complete  # the others: still filling
-    for k in range(1, 7):
-        store._settle(view, k, decoded_module._READY)
-    assert store._claim(view) is None and view.complete
+        mine, others = claims.claim(ids(1, 2, 3, 5), stalled=False)
+    assert mine.tolist() == [2, 3, 5] and others  # the dead filler's, at once; 1 is ours
+    claims.settle(ids(1, 2, 3, 4, 5), ok=True)
+    assert claims.ready() == 6 and not view.complete
+    every = np.arange(store.geometry.count)
+    claims.settle(claims.claim(every, stalled=False)[0], ok=True)
+    assert store.serve(every, lambda todo, dest: None) is view.blocks and view.complete
+
+
+def _write_block_numbers(todo: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]) -> None:
+    dest[todo] = todo.reshape(-1, *[1] * (dest.ndim - 1))
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
@@ -307,40 +337,59 @@ def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(decoded_module, "STALL_S", 0.5)
+    monkeypatch.setattr(block_claims, "STALL_S", 0.5)
     geometry = geometry_of(gzip_file)
-    facts = {"unit": "stalls"} if named else None
-    store = DecodedBlocks(geometry, facts, segment_bytes=4 * geometry.block_nbytes)
-    proc, segment = _filler(store, "stop")
-    assert segment == 0
-
-    def fill(first: int, count: int, dest: Any) -> None:
-        dest[...] = np.arange(first, first + count).reshape(-1, *[1] * (dest.ndim - 1))
-
+    store = DecodedBlocks(geometry, {"unit": "stalls"} if named else None)
+    proc, taken = _filler(store, [0, 1], "stop")
+    assert taken == [0, 1]
     caplog.set_level(logging.WARNING)
     try:
-        blocks = store.complete(fill, lambda first, count: None)
+        blocks = store.serve(np.arange(geometry.count), _write_block_numbers)
     finally:
         proc.kill()
         proc.join(TIMEOUT)
     assert blocks is not None
     np.testing.assert_array_equal(blocks[:, 0, 0, 0, 0], np.arange(geometry.count))
-    said = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
-    assert len(said) == 1 and f"process {proc.pid}" in said[0] and "0.5 s" not in said[0]
+    said = [r.getMessage() for r in caplog.records if "was decoded for" in r.getMessage()]
+    assert len(said) == 1 and f"[{proc.pid}]" in said[0]
 
 
-def test_a_fill_that_fails_leaves_its_segment_empty_and_raises(gzip_file: Path) -> None:
+def test_a_read_decodes_only_its_own_blocks_and_waits_for_nothing_else(gzip_file: Path) -> None:
+    geometry = geometry_of(gzip_file)
+    store = DecodedBlocks(geometry, {"unit": "first batch"})
+    filled: list[list[int]] = []
+
+    def fill(todo: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]) -> None:
+        filled.append(todo.tolist())
+        _write_block_numbers(todo, dest)
+
+    proc, _ = _filler(store, [7, 8], "kill")  # another reader is busy with other blocks
+    try:
+        blocks = store.serve(ids(3, 9, 20), fill)  # the first batch: its blocks, no wait
+        assert blocks is not None and filled == [[3, 9, 20]]
+        assert store.serve(ids(3, 9, 21), fill) is blocks and filled[-1] == [21]
+    finally:
+        proc.kill()
+        proc.join(TIMEOUT)
+    store.serve(np.arange(geometry.count), fill)  # the rest, once; the dead filler's too
+    assert sorted(b for todo in filled for b in todo) == list(range(geometry.count))
+    assert store.ready() is not None
+
+
+def test_a_fill_that_fails_leaves_its_blocks_empty_and_raises(gzip_file: Path) -> None:
     store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"})
-    calls: list[int] = []
+    calls: list[list[int]] = []
 
-    def fill(first: int, count: int, dest: Any) -> None:
-        calls.append(first)
+    def fill(todo: np.ndarray[Any, Any], dest: Any) -> None:
+        calls.append(todo.tolist())
         raise OSError("the disk went away")
 
     with pytest.raises(OSError, match="disk went away"):
-        store.complete(fill, lambda first, count: None)
+        store.serve(ids(0, 5), fill)
     view = store._attach()
-    assert view is not None and calls == [0] and int(view.states[0]) == decoded_module._EMPTY
+    assert view is not None and view.claims is not None and calls == [[0, 5]]
+    assert view.claims.states[[0, 5]].tolist() == [block_claims.EMPTY] * 2
+    assert view.claims.claim(ids(0, 5), stalled=False)[0].tolist() == [0, 5]  # claimed anew
 
 
 def test_a_chunk_sampler_reads_the_copy_too(gzip_file: Path) -> None:
@@ -440,3 +489,26 @@ import sys
 from nn_handler.dataloaders import H5LazyDataset
 H5LazyDataset(sys.argv[1], "x")[3]
 """
+
+
+def test_the_maker_reports_the_copy_once_it_is_whole(
+    gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(fill_report, "PROGRESS_BYTES", 0)  # (a big file's bar, on a small one)
+    caplog.set_level(logging.INFO, logger="nn_handler")
+    ds = H5LazyDataset(gzip_file, "x")
+    ds[[200, 3, 100]]
+    report = engine_of(ds)._decoded._view.peek().report
+    assert report is not None and report._bar is not None  # (drawn on a terminal only)
+    ds[::-1]  # every block: the copy is whole
+    said = [r.getMessage() for r in caplog.records if "decoded whole" in r.getMessage()]
+    assert len(said) == 1 and "(2.4 MiB) in" in said[0] and shm_folder.user_folder() in said[0]
+
+
+def test_no_bar_when_asked(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fill_report, "PROGRESS_BYTES", 0)
+    monkeypatch.setenv(fill_report.PROGRESS_ENV, "0")
+    ds = H5LazyDataset(gzip_file, "x")
+    ds[[200, 3, 100]]
+    report = engine_of(ds)._decoded._view.peek().report
+    assert report is not None and report._bar is None

@@ -51,9 +51,13 @@ def test_a_region_is_made_whole_in_the_users_folder_and_found_by_name(shm: Path)
     assert folder.st_uid == os.geteuid() and stat.S_IMODE(folder.st_mode) == 0o700
     assert regions(shm) == ["a"]  # no temporary name, ever: made nameless, then linked
     assert stat.S_IMODE(os.stat(first.path).st_mode) == 0o600
-    assert node_memory.node_regions_bytes() == os.stat(first.path).st_blocks * 512
+    st = os.stat(first.path)
+    assert node_memory.node_regions_bytes() == st.st_size  # what it holds once filled
     [info] = node_memory.list_regions()
     assert info.in_use and info.description == "dataset a"
+    assert info.size == st.st_size and info.nbytes == st.st_blocks * 512 < st.st_size
+    first.reserve(0, 100_000)  # memory is given as the payload is written
+    assert node_memory.list_regions()[0].nbytes >= st.st_size
 
 
 @pytest.mark.parametrize(("nbytes", "description"), [(100_000, b"dataset b"), (5, b"dataset a")])
@@ -144,10 +148,13 @@ def test_no_room_says_what_is_true_and_leaves_nothing(
     def full(fd: int, offset: int, length: int) -> None:
         raise OSError(28, "No space left on device")
 
+    region = node_memory.open_region("big", 1 << 20, b"big")
     monkeypatch.setattr(node_memory.os, "posix_fallocate", full)
-    with pytest.raises(shm_folder.RegionError, match=r"free for a region of 1\.1 MiB"):
-        node_memory.open_region("big", 1 << 20, b"big")
-    assert regions(shm) == []
+    with pytest.raises(shm_folder.NoRoomError, match=r"could not give 64\.0 KiB to more of a"):
+        region.reserve(4096, 65536)
+    with pytest.raises(shm_folder.NoRoomError, match=r"could not give 64\.0 KiB to a new region"):
+        node_memory.open_region("other", 1 << 20, b"other")
+    assert regions(shm) == ["big"]  # the one that could not be made left nothing
 
 
 def test_a_missing_folder_has_no_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import numpy.typing as npt
 __all__ = [
     "IndexArray",
     "as_index_array",
+    "consecutive_runs",
     "is_bool_like",
     "is_scalar_index",
     "normalize_index",
@@ -163,3 +164,13 @@ def _split_run(
 def _preview(arr: np.ndarray[Any, Any]) -> str:
     flat = arr.ravel()[:5].tolist()
     return ", ".join(repr(v) for v in flat) + (", …" if arr.size > 5 else "")
+
+
+def consecutive_runs(ids: npt.NDArray[Any]) -> list[tuple[int, int]]:
+    """``(first, count)`` of each run of consecutive values in ``ids`` (sorted, unique)."""
+    if ids.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate([[0], cuts]).tolist()
+    ends = np.concatenate([cuts, [ids.size]]).tolist()
+    return [(int(ids[a]), b - a) for a, b in zip(starts, ends, strict=True)]

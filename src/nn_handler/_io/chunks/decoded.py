@@ -12,17 +12,16 @@ module's layout. The region's header holds the description itself and is compare
 before the region is used; every read also checks that the file is still the one described
 (``H5Source.check_unchanged``), so a region never serves another version of the file.
 
-The pass is shared by every process that reads. The region holds a state per *segment* (a run
-of consecutive blocks, ~16 MiB decoded): EMPTY, LOADING (with its filler) or READY. A reader
-claims the next EMPTY segment in file order (under the region's lock), has the engine fill it
-(the decode pool, the raw bytes read in spans, the next segment's bytes read ahead), marks it
-READY and claims the next; once none is EMPTY it waits for the ones still LOADING. A filler is
-known by a lock it holds on the region (by its pid and start time in memory shared with forked
-processes only), never by a bare pid: a segment whose filler is gone is taken over at once, and
-one that makes no progress for ``STALL_S`` seconds (a filler stopped, or stuck on a dead disk)
-is filled by the waiting reader itself, said once. A fill that fails sets its segment back to
-EMPTY and raises in the reader: a damaged chunk is an error in every process that reaches it,
-never a gap.
+Decoding is shared by every process that reads, and no read waits for more than its own
+blocks: a batch decodes, straight into the region, the blocks no process has decoded yet, waits
+for those another process is decoding, and gathers (``block_claims.py``: claims per block,
+fillers known by what the kernel vouches for, every wait bounded). The first batch therefore
+costs its own chunks, not the whole dataset; over the first epoch every block is decoded once,
+by whichever process first needs it, and every read after that is one gather. A fill that fails
+leaves its blocks EMPTY and raises in the reader: a damaged chunk is an error in every process
+that reaches it, never a gap. The process that made the region shows how much of it is decoded
+(a progress bar on a terminal for a copy of ``PROGRESS_BYTES`` or more, off with
+``NN_HANDLER_PROGRESS=0``) and logs one line once every block is (``FillReport``).
 
 The budget: ``FileOptions.decoded_budget`` (``decoded_budget=`` on every dataset), else
 ``NN_HANDLER_DECODED_BUDGET`` (bytes; ``"4GiB"`` style accepted), else half of the memory this
@@ -41,15 +40,16 @@ import os
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
+from ..indices import consecutive_runs
 from ..notices import say_once
-from ..process import PerProcess, process_stamp
+from ..process import PerProcess
 from ..storage.node_memory import (
     Region,
     anonymous_region,
@@ -65,11 +65,12 @@ from ..storage.shm_folder import (
     shm_room,
     usable_folder,
 )
+from .block_claims import STALL_S, BlockClaims, Progress
+from .fill_report import FillReport, made_here
 from .sources import Geometry
 
 __all__ = [
     "BUDGET_ENV",
-    "STALL_S",
     "DecodedBlocks",
     "decoded_budget",
     "fits_budget",
@@ -78,18 +79,12 @@ __all__ = [
 ]
 
 BUDGET_ENV = "NN_HANDLER_DECODED_BUDGET"
-#: seconds a reader waits without progress on segments other processes fill, then fills them
-STALL_S = 30.0
-_SEGMENT_BYTES = 16 * 1024**2  # decoded bytes claimed at once by one process
-_WAIT_S = 0.002  # between two looks at segments another process is filling
-_AHEAD = 3  # segments past the one being filled whose raw bytes are read ahead
-_LAYOUT = 2  # this module's layout of a region (in every description)
-_EMPTY, _LOADING, _READY = 0, 1, 2
+_WAIT_S = 0.002  # between two looks at blocks another process is decoding
+_MORE = ": its window of chunks serves it; give the node more shared memory (--shm-size=...)"
+_LAYOUT = 3  # this module's layout of a region (in every description)
 
-# ``fill(first, count, dest)``: decode blocks ``[first, first + count)`` into ``dest`` (their
-# rows, C-contiguous); ``advise(first, count)``: have those blocks' raw bytes read ahead
-Fill = Callable[[int, int, np.ndarray[Any, Any]], None]
-Advise = Callable[[int, int], None]
+# ``fill(ids, blocks)``: decode blocks ``ids`` (sorted, unique) into ``blocks[ids]``
+Fill = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None]
 
 
 def decoded_budget(option: int | None) -> int:
@@ -128,34 +123,17 @@ def source_facts(
 
 @dataclass
 class _View:
-    """One process's map of the region: states, fillers and the decoded blocks."""
+    """One process's map of the region: its claims and the decoded blocks."""
 
-    region: Any  # Region or the anonymous one
-    states: np.ndarray[Any, Any]
-    pids: np.ndarray[Any, Any]  # each LOADING segment's filler: pid and start time
-    started: np.ndarray[Any, Any]
+    region: Any  # Region or the anonymous one (None: no memory)
+    claims: BlockClaims | None
     blocks: np.ndarray[Any, Any]  # (count, block_rows, *row_shape)
+    report: FillReport | None = None
     complete: bool = False
-    advised: set[int] = field(default_factory=set)  # segments whose bytes this process asked for
-
-
-class _Progress:
-    """Whether the segments' states have changed in the last ``STALL_S`` seconds."""
-
-    def __init__(self, states: np.ndarray[Any, Any]) -> None:
-        self._states = states
-        self._seen = states.tobytes()
-        self._since = time.monotonic()
-
-    def stalled(self) -> bool:
-        now, seen = time.monotonic(), self._states.tobytes()
-        if seen != self._seen:
-            self._seen, self._since = seen, now
-        return now - self._since > STALL_S
 
 
 class DecodedBlocks:
-    """Every block of one dataset, decoded, shared by the node (see the module docstring).
+    """Every block of one dataset, decoded once, shared by the node (see the module docstring).
 
     Args:
         geometry: The dataset's blocks.
@@ -165,7 +143,6 @@ class DecodedBlocks:
         where: The dataset and its file, for messages.
         option: ``FileOptions.decoded_budget``: the budget is checked again when the region is
             made (other datasets may have taken memory since).
-        segment_bytes: Decoded bytes of one segment (at least a block).
     """
 
     def __init__(
@@ -174,17 +151,15 @@ class DecodedBlocks:
         facts: dict[str, Any] | None,
         where: str = "",
         option: int | None = None,
-        segment_bytes: int = _SEGMENT_BYTES,
     ) -> None:
         self.geometry = geometry
         self.option = option
         self.where = where or f"dataset {geometry.key!r} of {geometry.path!r}"
-        self.segment_blocks = max(1, segment_bytes // max(1, geometry.block_nbytes))
-        self.segments = -(-geometry.count // self.segment_blocks)
-        self._pids_at = -(-self.segments // 8) * 8
-        self._started_at = self._pids_at + -(-4 * self.segments // 8) * 8
-        self._arena_at = -(-(self._started_at + 8 * self.segments) // 64) * 64
-        self.nbytes = self._arena_at + geometry.count * geometry.block_nbytes
+        count = geometry.count
+        self._pids_at = 8 + -(-count // 8) * 8  # (the settle counter first, then the states)
+        self._started_at = self._pids_at + -(-4 * count // 8) * 8
+        self._arena_at = -(-(self._started_at + 8 * count) // 64) * 64
+        self.nbytes = self._arena_at + count * geometry.block_nbytes
         self.description = None if facts is None else self._describe(facts)
         self.name = None if self.description is None else _name_of(self.description)
         self._tree = anonymous_region(self.nbytes) if facts is None else None
@@ -199,7 +174,7 @@ class DecodedBlocks:
         g = self.geometry
         layout = {
             "shape": [g.length, *g.row_shape], "dtype": g.dtype.str, "block_rows": g.block_rows,
-            "segment_blocks": self.segment_blocks, "nbytes": self.nbytes, "version": _LAYOUT,
+            "nbytes": self.nbytes, "version": _LAYOUT,
         }  # fmt: skip
         return json.dumps({"source": facts, "layout": layout}, sort_keys=True).encode()
 
@@ -209,90 +184,82 @@ class DecodedBlocks:
         return self.name is not None or self._tree is not None
 
     def ready(self) -> np.ndarray[Any, Any] | None:
-        """The decoded blocks when this process knows the pass is complete, else None."""
+        """The decoded blocks when this process knows every one is decoded, else None."""
         view = self._view.peek()
         return view.blocks if view is not None and view.complete else None
 
     def begun(self) -> bool:
-        """True when some process has started the pass (this process then joins it at once)."""
+        """True when some process has begun decoding (this process then joins at once)."""
         if self.name is not None:
             return region_exists(self.name)
         view = self._attach()
-        return view is not None and bool(np.any(view.states != _EMPTY))
+        return view is not None and view.claims is not None and view.claims.ready() > 0
 
-    def complete(self, fill: Fill, advise: Advise) -> np.ndarray[Any, Any] | None:
-        """Take part in the pass until every block is decoded; the blocks (None: no memory).
+    def serve(self, ids: np.ndarray[Any, Any], fill: Fill) -> np.ndarray[Any, Any] | None:
+        """Every block of ``ids`` (sorted, unique) decoded: the blocks (None: no memory).
+
+        What no process has decoded yet is decoded here, now (``fill``), and kept for every
+        process; what another process is decoding is waited for (see ``block_claims.py``).
 
         Raises:
-            Whatever ``fill`` raised for a segment (that segment is left EMPTY).
+            Whatever ``fill`` raised (its blocks are left EMPTY).
         """
         view = self._attach()
-        if view is None:
+        if view is None or view.claims is None:
             return None
-        progress = _Progress(view.states)
-        while not view.complete:
-            segment = self._claim(view, progress.stalled())
-            if segment is None:
-                time.sleep(_WAIT_S)  # the rest is being filled by other processes
-                continue
-            self._fill(view, segment, fill, advise)
+        if view.complete:
+            return view.blocks
+        claims, progress = view.claims, Progress(view.claims)
+        while True:
+            stalled = progress.stalled()
+            if stalled:
+                self._say_stalled(claims, ids)
+            mine, others = claims.claim(ids, stalled)
+            if mine.size and not self._fill(view, mine, fill):
+                return None  # the node's shared memory is full (said once): no copy here
+            if not others:
+                break
+            time.sleep(_WAIT_S)  # the rest is being decoded by other processes
+        self._note_done(view)
         return view.blocks
 
-    def _fill(self, view: _View, segment: int, fill: Fill, advise: Advise) -> None:
-        first = segment * self.segment_blocks
-        count = min(self.segment_blocks, self.geometry.count - first)
-        # this segment's raw bytes and the next few EMPTY ones' are read by the kernel while
-        # this one decodes (bounded: _AHEAD segments of ~16 MiB decoded), each asked for once
-        for ahead in range(segment, min(self.segments, segment + 1 + _AHEAD)):
-            if ahead not in view.advised and (ahead == segment or view.states[ahead] == _EMPTY):
-                view.advised.add(ahead)
-                start = ahead * self.segment_blocks
-                advise(start, min(self.segment_blocks, self.geometry.count - start))
+    def _fill(self, view: _View, ids: np.ndarray[Any, Any], fill: Fill) -> bool:
+        """Decode blocks ``ids`` (claimed) into the copy; False when it has no room for them."""
+        assert view.claims is not None
         try:
-            fill(first, count, view.blocks[first : first + count])
+            self._reserve(view, ids)
+            fill(ids, view.blocks)
+        except NoRoomError as exc:
+            view.claims.settle(ids, ok=False)
+            self._view.pop()  # (this process reads through its window from now on)
+            _say_once(self.where, f"its decoded copy ran out of shared memory ({exc}){_MORE}")
+            return False
         except BaseException:
-            self._settle(view, segment, _EMPTY)
+            view.claims.settle(ids, ok=False)
             raise
-        self._settle(view, segment, _READY)
+        view.claims.settle(ids, ok=True)
+        return True
 
-    def _claim(self, view: _View, stalled: bool = False) -> int | None:
-        """The next segment to fill (EMPTY, or LOADING by a filler gone or stalled), or None."""
-        with view.region.lock():
-            states = view.states
-            empty = np.flatnonzero(states == _EMPTY)
-            if empty.size:
-                segment = int(empty[0])
-            else:
-                loading = np.flatnonzero(states == _LOADING).tolist()
-                gone = [s for s in loading if not self._filler_alive(view, s)]
-                if not gone and not (loading and stalled):
-                    view.complete = not loading  # (read under the lock: the blocks are whole)
-                    return None
-                segment = gone[0] if gone else loading[0]
-                if not gone:
-                    self._say_stalled(view, segment)
-            states[segment] = _LOADING
-            view.pids[segment], view.started[segment] = process_stamp()
-            view.region.hold_fill(segment)
-            return segment
+    def _reserve(self, view: _View, ids: np.ndarray[Any, Any]) -> None:
+        """Give the blocks ``ids`` their memory before they are written (runs at once)."""
+        size = self.geometry.block_nbytes
+        for first, count in consecutive_runs(ids):
+            view.region.reserve(self._arena_at + first * size, count * size)
 
-    def _filler_alive(self, view: _View, segment: int) -> bool:
-        pid, started = int(view.pids[segment]), int(view.started[segment])
-        return bool(view.region.filler_alive(segment, pid, started))
+    def _note_done(self, view: _View) -> None:
+        """Count what is decoded now: show it (``FillReport``); complete once all are."""
+        assert view.claims is not None
+        ready = view.claims.ready()
+        if view.report is not None:
+            view.report.update(ready)
+        view.complete = ready == self.geometry.count
 
-    def _settle(self, view: _View, segment: int, state: int) -> None:
-        """Mark ``segment`` READY, or EMPTY again unless another filler took it over."""
-        with view.region.lock():
-            mine = (int(view.pids[segment]), int(view.started[segment])) == process_stamp()
-            if state == _READY or mine:
-                view.states[segment] = state
-            view.region.drop_fill(segment)
-
-    def _say_stalled(self, view: _View, segment: int) -> None:
+    def _say_stalled(self, claims: BlockClaims, ids: np.ndarray[Any, Any]) -> None:
         _say_once(
             f"{self.where} stalled",
-            f"segment {segment} of its decoded copy made no progress for {STALL_S:.0f} s while "
-            f"process {int(view.pids[segment])} filled it: this process decodes it itself",
+            f"no block of its decoded copy was decoded for {STALL_S:.0f} s while process(es) "
+            f"{claims.fillers(ids)} decoded blocks this read needs: this process decodes them "
+            "itself",
         )
 
     def _attach(self) -> _View | None:
@@ -304,15 +271,18 @@ class DecodedBlocks:
     def _make_view(self) -> _View:
         region = self._tree if self.name is None else self._open()
         if region is None:
-            empty = np.zeros(0, np.uint8)
-            blocks = empty.reshape(0, *self._block_shape())
-            return _View(None, empty, empty, empty, blocks)
-        memory, segments = region.payload, self.segments
-        states = memory[:segments]
-        pids = memory[self._pids_at : self._pids_at + 4 * segments].view(np.int32)
-        started = memory[self._started_at : self._started_at + 8 * segments].view(np.int64)
+            return _View(None, None, np.zeros((0, *self._block_shape()), self.geometry.dtype))
+        memory, count = region.payload, self.geometry.count
+        claims = BlockClaims(
+            region,
+            states=memory[8 : 8 + count],
+            pids=memory[self._pids_at : self._pids_at + 4 * count].view(np.int32),
+            started=memory[self._started_at : self._started_at + 8 * count].view(np.int64),
+            settled=memory[:8].view(np.int64),
+        )
         arena = memory[self._arena_at : self.nbytes].view(self.geometry.dtype)
-        view = _View(region, states, pids, started, arena.reshape(-1, *self._block_shape()))
+        report = FillReport(self.where, self.geometry, region) if made_here(region) else None
+        view = _View(region, claims, arena.reshape(-1, *self._block_shape()), report)
         if isinstance(region, Region):
             weakref.finalize(view, region.release)
         return view
@@ -332,13 +302,9 @@ class DecodedBlocks:
             )
             return None
         try:
-            return open_region(self.name, self.nbytes, self.description)
+            return open_region(self.name, self.nbytes, self.description, self._arena_at)
         except NoRoomError as exc:
-            _say_once(
-                self.where,
-                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it; "
-                "give the node more shared memory (docker run --shm-size=...)",
-            )
+            _say_once(self.where, f"its decoded copy cannot be shared ({exc}){_MORE}")
         except RegionError as exc:
             _say_once(
                 self.where,

@@ -22,8 +22,9 @@ belongs to one process (``PerProcess``): a forked or spawned worker builds its o
 
 A dataset whose decoded blocks fit the decoded budget is decoded whole instead (``decoded.py``):
 from its first read that needs more than one block (or its ``_PASS_AFTER``-th block read one at
-a time; a peek at a row is not worth a pass), every process that reads it joins one pass over
-its blocks in file order, and every read after that is one gather from memory the node shares.
+a time; a peek at a row is not worth a copy), every read decodes into memory the node shares
+the blocks it needs that no process has decoded yet, waits for those another process decodes,
+and gathers from the copy; once every block is decoded, a read is one gather and nothing else.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import h5py
 import numpy as np
 
 from ..file.source import H5Source
-from ..indices import IndexArray, plan_pieces
+from ..indices import IndexArray, consecutive_runs, plan_pieces
 from ..process import PerProcess
 from .decoded import DecodedBlocks, decoded_budget, plan_decoded, source_facts
 from .order_cost import RandomOrderCost, random_order_advice
@@ -166,42 +167,57 @@ class ChunkEngine:
         """True when reads go (or will soon go) through the whole decoded copy."""
         return self._decoded is not None and self._decoded.usable
 
-    def _whole(self, dset: h5py.Dataset, blocks: int) -> np.ndarray[Any, Any] | None:
-        """Every block, decoded, once this process reads through the whole copy; else None.
+    def _whole(
+        self, dset: h5py.Dataset, ids: np.ndarray[Any, Any] | None
+    ) -> np.ndarray[Any, Any] | None:
+        """Every block, once this process reads through the decoded copy; else None.
 
-        ``blocks``: how many blocks the read at hand needs (counted towards ``_PASS_AFTER``;
-        0: it must not start the pass).
+        Blocks ``ids`` are decoded in the copy first (by this process or another).
+
+        ``ids``: the blocks (sorted, unique) the read at hand needs; they count towards
+        ``_PASS_AFTER``. None: it must not begin the copy (it reads what is complete only).
         """
         decoded = self._decoded
         if decoded is None or not decoded.usable:
             return None
         ready = decoded.ready()
-        if ready is not None or blocks == 0:
+        if ready is not None or ids is None:
             return ready
-        self._seen += blocks
-        peek = blocks == 1 and self._seen < min(_PASS_AFTER, self.geometry.count)
+        self._seen += ids.size
+        peek = ids.size == 1 and self._seen < min(_PASS_AFTER, self.geometry.count)
         if peek and not decoded.begun():
-            return None  # one row now and then: not worth the whole pass (yet)
-        ready = decoded.complete(
-            lambda first, count, dest: self._fill_blocks(dset, first, count, dest),
-            lambda first, count: self.source.advise(range(first, first + count)),
-        )
-        if ready is None:
+            return None  # one row now and then: not worth a copy of the whole (yet)
+        blocks = decoded.serve(ids, lambda todo, dest: self._fill_ids(dset, todo, dest))
+        if blocks is None:
             self._decoded = None  # no memory for it (said once): the window serves
-        return ready
+        return blocks
 
-    def _fill_blocks(
-        self, dset: h5py.Dataset, first: int, count: int, dest: np.ndarray[Any, Any]
+    def _fill_ids(
+        self, dset: h5py.Dataset, ids: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]
     ) -> None:
-        """Fill blocks ``[first, first + count)`` into ``dest`` (whole blocks, in order)."""
-        if not self.decodes:  # h5py decodes: one call for all the rows
-            lo, hi = first * self.geometry.block_rows, self.geometry.bounds(first + count - 1)[1]
-            rows = dest.reshape(-1, *self.geometry.row_shape)
-            dset.read_direct(rows, np.s_[lo:hi], np.s_[: hi - lo])
-        elif self._in_runs(count):
-            self.source.fill_run(dset, first, dest)
-        else:
-            self._fill(dset, list(zip(range(first, first + count), dest, strict=True)))
+        """Fill blocks ``ids`` (sorted, unique) into ``dest[ids]``, runs of them at once.
+
+        The kernel reads their raw bytes first (one request per span of neighbours) while the
+        pool decodes what has arrived.
+        """
+        self.source.advise(ids.tolist())
+        singles: list[_Task] = []
+        for first, count in consecutive_runs(ids):
+            part = dest[first : first + count]
+            if not self.decodes:  # h5py decodes: one call for all the rows of a run
+                lo, hi = (
+                    first * self.geometry.block_rows,
+                    self.geometry.bounds(first + count - 1)[1],
+                )
+                dset.read_direct(
+                    part.reshape(-1, *self.geometry.row_shape), np.s_[lo:hi], np.s_[: hi - lo]
+                )
+            elif self._in_runs(count):
+                self.source.fill_run(dset, first, part)
+            else:
+                singles += zip(range(first, first + count), part, strict=True)
+        if singles:
+            self._fill(dset, singles)
 
     @property
     def readahead_rows(self) -> int:
@@ -318,8 +334,10 @@ class ChunkEngine:
             return out
         blocks = idx // self.geometry.block_rows
         uniq = np.unique(blocks)
-        if self._whole(dset, uniq.size if start_pass else 0) is not None:
-            return self._read(dset, idx, out, start_pass=False)  # (the pass is complete)
+        whole = self._whole(dset, uniq if start_pass else None)
+        if whole is not None:  # the blocks of this batch are decoded in the node's copy
+            np.take(whole.reshape(-1, *self.geometry.row_shape), idx, axis=0, out=out, mode="clip")
+            return out
         capacity = self._capacity()
         if self.geometry.block_rows == 1 or capacity == 0:
             filled = self._read_uncached(dset, idx, blocks, out)
@@ -354,7 +372,7 @@ class ChunkEngine:
         rows = self.geometry.block_rows
         block, lo, hi, to, _ = plan_pieces(starts, stops, dst, rows)
         ids = np.unique(block)
-        whole = self._whole(dset, int(ids.size)) if ids.size else None
+        whole = self._whole(dset, ids) if ids.size else None
         if whole is not None:
             _copy_runs(whole.reshape(-1, *self.geometry.row_shape), starts, stops, dst, out)
             return True

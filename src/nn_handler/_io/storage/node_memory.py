@@ -5,9 +5,11 @@ and the ranks of a node share one copy. On a shared node a region is trusted onl
 proves what it is:
 
 * **Only the user's own**, in a folder only the user can enter (``shm_folder.py``).
-* **Made whole, then named.** A region is made nameless (``O_TMPFILE``), given all its memory
-  at once (``posix_fallocate``: a tmpfs without room fails there, cleanly, never later with
-  SIGBUS on a write), given its header, and only then linked to its name. The header holds
+* **Made whole, then named.** A region is made nameless (``O_TMPFILE``), given its header and
+  the memory of its first ``reserve`` bytes, and only then linked to its name. The rest is given
+  memory as it is filled (``Region.reserve`` before each write: a tmpfs without room fails
+  there, cleanly, never later with SIGBUS on a write), so that making a 2 GB region costs no
+  more than a small one. The header holds
   what the region is for (a *description*: the source file's identity, the dataset, the
   layout); a region whose header is not exactly what the opener expects is never used.
 * **Users the kernel vouches for.** Each process that maps a region holds a shared lock on its
@@ -85,6 +87,7 @@ _DESCRIPTION_MAX = _PAYLOAD_AT - _HEAD.size
 _MUTEX, _FILLS = 1, 1 << 32  # lock bytes past ``USERS`` (a lock may lie past a file's end)
 _MAKE_WAIT_S = 120.0  # longest wait for another maker of the same region (allocating GBs)
 _FORK = multiprocessing.get_context("fork")
+_NO_ROOM = (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT)
 
 
 class Region:
@@ -99,8 +102,9 @@ class Region:
     node_wide = True
     releases_first = False
 
-    def __init__(self, path: str, fd: int, data: Any) -> None:
-        self.path = path
+    def __init__(self, path: str, fd: int, data: Any, *, made: bool = False) -> None:
+        self.path = self.where = path
+        self.made = made  # this process made it (not joined it)
         self._fd = fd
         self._data = data
         self._thread_lock = threading.Lock()
@@ -108,7 +112,7 @@ class Region:
         self.payload: np.ndarray[Any, Any] = np.frombuffer(
             data, np.uint8, len(data) - _PAYLOAD_AT, _PAYLOAD_AT
         )
-        self._born = process_generation()
+        self.born = process_generation()
         self._joined = True
         hold(self)
 
@@ -121,6 +125,19 @@ class Region:
                 yield
             finally:
                 locks.unlock(self._fd, _MUTEX)
+
+    def reserve(self, offset: int, length: int) -> None:
+        """Give payload bytes ``[offset, offset + length)`` their memory before they are written.
+
+        Raises:
+            NoRoomError: the shared memory has no room for them (nothing was written).
+        """
+        try:
+            os.posix_fallocate(self._fd, _PAYLOAD_AT + offset, length)
+        except OSError as exc:
+            if exc.errno in _NO_ROOM:
+                raise NoRoomError(_no_room(length, "more of a region")) from exc
+            raise
 
     def hold_fill(self, segment: int) -> None:
         """Say that this process fills ``segment`` (under ``lock``), until ``drop_fill``."""
@@ -142,7 +159,7 @@ class Region:
 
         Nothing in a forked child (an inherited map is not the child's to release).
         """
-        if process_generation() != self._born or self._fd < 0:
+        if process_generation() != self.born or self._fd < 0:
             return
         self.leave()
         with contextlib.suppress(OSError):
@@ -151,7 +168,7 @@ class Region:
 
     def leave(self) -> None:
         """Stop being a user (the map stays readable here); unlink the name if the last one."""
-        if not self._joined or process_generation() != self._born or self._fd < 0:
+        if not self._joined or process_generation() != self.born or self._fd < 0:
             return
         self._joined = False
         locks.unlock(self._fd, USERS)
@@ -168,8 +185,11 @@ class _TreeRegion:
     """Anonymous memory shared with processes forked later (``anonymous_region``)."""
 
     node_wide = False
+    made = True  # by the process that built the dataset; its forked children join it
+    where = "memory shared with forked workers"
 
     def __init__(self, nbytes: int) -> None:
+        self.born = process_generation()
         self._data = shared_memory(nbytes)
         self.payload: np.ndarray[Any, Any] = np.frombuffer(self._data, np.uint8, nbytes)
         self._lock = _FORK.Lock()  # (fork's semaphores are unlinked at once: no tracker)
@@ -177,6 +197,9 @@ class _TreeRegion:
     def lock(self) -> Any:
         """The lock every forked process shares."""
         return self._lock
+
+    def reserve(self, offset: int, length: int) -> None:
+        """Nothing to reserve: anonymous memory is allocated where it is written."""
 
     def hold_fill(self, segment: int) -> None:
         """Nothing to hold: the filler is known by its pid and start time."""
@@ -251,10 +274,12 @@ def pin(name: str) -> Pin | None:
     return Pin(os.path.join(user_folder(), name), fd)
 
 
-def open_region(name: str, nbytes: int, description: bytes) -> Region:
+def open_region(name: str, nbytes: int, description: bytes, reserve: int = 0) -> Region:
     """The region ``name`` of ``nbytes`` payload bytes for ``description``, made if needed.
 
-    This process is a user of it from now on (``Region.release`` when done).
+    This process is a user of it from now on (``Region.release`` when done). A region made
+    here has memory for its first ``reserve`` payload bytes; the rest is reserved as it is
+    written (``Region.reserve``).
 
     Raises:
         RegionError: no region can be shared here; the message says why (no room, a folder
@@ -266,7 +291,9 @@ def open_region(name: str, nbytes: int, description: bytes) -> Region:
         raise ValueError(f"a region's description holds at most {_DESCRIPTION_MAX} bytes")
     with folder(create=True) as dir_fd:
         region = _join(dir_fd, name, nbytes, description)
-        return region if region is not None else _make_or_join(dir_fd, name, nbytes, description)
+        if region is None:
+            region = _make_or_join(dir_fd, name, nbytes, description, reserve)
+        return region
 
 
 @dataclass(frozen=True)
@@ -274,7 +301,8 @@ class RegionInfo:
     """One region of a user's folder, for ``list_regions`` and the ``regions`` command."""
 
     path: str
-    nbytes: int  # memory it holds
+    nbytes: int  # memory it holds now
+    size: int  # memory it holds once filled
     in_use: bool
     description: str
 
@@ -291,9 +319,12 @@ def list_regions(uid: int | None = None) -> list[RegionInfo]:
 
 
 def node_regions_bytes() -> int:
-    """Bytes of memory held by this user's live regions on the node (dead ones swept first)."""
+    """Bytes of memory this user's live regions on the node hold once filled.
+
+    Dead ones are swept first: they never count.
+    """
     sweep()
-    return sum(info.nbytes for info in list_regions())
+    return sum(info.size for info in list_regions())
 
 
 def _info(dir_fd: int, name: str, path: str) -> RegionInfo | None:
@@ -308,7 +339,8 @@ def _info(dir_fd: int, name: str, path: str) -> RegionInfo | None:
                 magic, _, size = _HEAD.unpack_from(head)
                 if magic == _MAGIC and size <= _DESCRIPTION_MAX:
                     text = head[_HEAD.size : _HEAD.size + size].decode("utf-8", "replace")
-        return RegionInfo(path, st.st_blocks * 512, locks.held_elsewhere(fd, USERS), text)
+        held = st.st_blocks * 512
+        return RegionInfo(path, held, st.st_size, locks.held_elsewhere(fd, USERS), text)
     finally:
         os.close(fd)
 
@@ -350,39 +382,45 @@ def _checked_map(fd: int, name: str, nbytes: int, description: bytes) -> Any:
     return data
 
 
+def _no_room(length: int, what: str) -> str:
+    """The words for a region that found no room: what was free, what was asked (now)."""
+    return (
+        f"{shm_dir()} had {format_bytes(shm_room())} free and could not give "
+        f"{format_bytes(length)} to {what}"
+    )
+
+
 def _header(nbytes: int, description: bytes) -> bytes:
     return _HEAD.pack(_MAGIC, nbytes, len(description)) + description
 
 
-def _make_or_join(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
+def _make_or_join(dir_fd: int, name: str, nbytes: int, description: bytes, reserve: int) -> Region:
     """Make the region, unless another maker of it (waited for) made it meanwhile."""
     maker = open_locks(dir_fd)
     try:
         if not locks.lock_within(maker, locks.WRITE, turn(name), 1, _MAKE_WAIT_S):
             raise RegionError(f"another process kept making region {name} for {_MAKE_WAIT_S} s")
         region = _join(dir_fd, name, nbytes, description)
-        return region if region is not None else _make(dir_fd, name, nbytes, description)
+        return region if region is not None else _make(dir_fd, name, nbytes, description, reserve)
     finally:
         os.close(maker)  # (and with it the maker's turn)
 
 
-def _make(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
-    """Make the region nameless, whole, with its header, joined; then link it to ``name``."""
-    size, room = _PAYLOAD_AT + nbytes, shm_room()
+def _make(dir_fd: int, name: str, nbytes: int, description: bytes, reserve: int) -> Region:
+    """Make the region nameless, with its header, joined; then link it to ``name``."""
+    size = _PAYLOAD_AT + nbytes
     try:
         fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except OSError as exc:
         raise RegionError(f"{user_folder()} cannot hold a new region ({exc.strerror})") from exc
     try:
         locks.lock(fd, locks.READ, USERS)  # a user before it has a name: no sweep takes it
+        os.ftruncate(fd, size)
         try:
-            os.posix_fallocate(fd, 0, size)
+            os.posix_fallocate(fd, 0, _PAYLOAD_AT + reserve)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
-                raise NoRoomError(
-                    f"{shm_dir()} had {format_bytes(room)} free for a region of "
-                    f"{format_bytes(size)} and could not allocate it"
-                ) from exc
+            if exc.errno in _NO_ROOM:
+                raise NoRoomError(_no_room(_PAYLOAD_AT + reserve, "a new region")) from exc
             raise
         data = shared_file_memory(fd, size)
         data[: _HEAD.size + len(description)] = _header(nbytes, description)
@@ -390,4 +428,4 @@ def _make(dir_fd: int, name: str, nbytes: int, description: bytes) -> Region:
     except BaseException:
         os.close(fd)
         raise
-    return Region(os.path.join(user_folder(), name), fd, data)
+    return Region(os.path.join(user_folder(), name), fd, data, made=True)
