@@ -49,8 +49,10 @@ import numpy as np
 from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
 from ..notices import say_once
+from ..platform import off
 from ..process import PerProcess, process_stamp
 from ..storage.node_memory import (
+    NAMED,
     Region,
     anonymous_region,
     node_regions_bytes,
@@ -387,6 +389,9 @@ def plan_decoded(
 
 def _shareable(size: int, where: str) -> bool:
     """True when the node can share a decoded copy of ``size`` bytes by name (else said once)."""
+    if not NAMED:  # macOS, Windows: by nature, so no warning
+        off("named regions (OFD locks, O_TMPFILE)", "decoded copies are not shared by name")
+        return False
     unusable = usable_folder()
     if unusable is not None:
         _say_once(
