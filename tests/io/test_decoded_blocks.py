@@ -23,6 +23,7 @@ from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks import sources
 from nn_handler._io.chunks.decoded import DecodedBlocks
 from nn_handler._io.storage import shm_folder
+from nn_handler._io.storage.node_memory import NAMED
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     FileOptions,
@@ -32,6 +33,7 @@ from nn_handler.dataloaders import (
 )
 
 from helpers.files import h5_rows
+from helpers.platform_marks import needs_fork, needs_named_regions
 from helpers.process import process_with_pid
 
 TIMEOUT = 120
@@ -42,6 +44,10 @@ def big_rows(n: int = ROWS) -> np.ndarray[Any, Any]:
     data = np.random.default_rng(0).standard_normal((n, 3, 32, 32)).astype(np.float32)
     data[:, 0, 0, 0] = np.arange(n)
     return data
+
+
+#: a named region (Linux), and memory shared with forked fillers (no fork: nothing to share)
+STORES = [pytest.param(True, marks=needs_named_regions), pytest.param(False, marks=needs_fork)]
 
 
 def engine_of(ds: H5LazyDataset) -> Any:
@@ -56,7 +62,7 @@ def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(shm_folder.SHM_DIR_ENV, str(root))
     monkeypatch.delenv(decoded_module.BUDGET_ENV, raising=False)
     set_decode_threads(None)
-    yield Path(shm_folder.user_folder())
+    yield Path(shm_folder.user_folder()) if NAMED else root / "no regions here"
     set_decode_threads(None)
 
 
@@ -140,6 +146,7 @@ def test_forkserver_workers_share_one_copy_by_name(
         assert len(regions(shm)) == 1  # both workers read one region
 
 
+@needs_named_regions
 def test_a_peek_does_not_start_the_pass_a_batch_does(gzip_file: Path, shm: Path) -> None:
     ds = H5LazyDataset(gzip_file, "x")
     engine = engine_of(ds)
@@ -172,6 +179,7 @@ def test_the_budget_decides(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) ->
         H5LazyDataset(gzip_file, "x")
 
 
+@needs_named_regions
 def test_a_budget_set_counts_the_other_decoded_datasets(make_h5: Any) -> None:
     a = make_h5({"x": (big_rows(), "gzip-shuffle")})
     b = make_h5({"x": (big_rows(), "gzip-shuffle")})
@@ -217,6 +225,7 @@ def test_a_spawned_process_reads_the_copy_another_process_decoded(gzip_file: Pat
     assert fills == 0  # not a block decoded again in the other process
 
 
+@needs_named_regions
 def test_no_room_for_the_region_falls_back_and_says_so_once(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -235,6 +244,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
     np.testing.assert_array_equal(copy[rows].numpy(), h5_rows(gzip_file, "x", rows))
 
 
+@needs_named_regions
 def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -273,7 +283,7 @@ def _filler(store: DecodedBlocks, how: str) -> tuple[Any, int]:
     return proc, claimed.get()
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+@pytest.mark.parametrize("named", STORES, ids=["named", "anonymous"])
 def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path, named: bool) -> None:
     geometry = geometry_of(gzip_file)
     facts = {"unit": "claims"} if named else None
@@ -300,7 +310,7 @@ def test_segments_are_claimed_in_order_settled_and_taken_over(gzip_file: Path, n
     assert store._claim(view) is None and view.complete
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+@pytest.mark.parametrize("named", STORES, ids=["named", "anonymous"])
 def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
     gzip_file: Path,
     named: bool,
@@ -330,7 +340,7 @@ def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
 
 
 def test_a_fill_that_fails_leaves_its_segment_empty_and_raises(gzip_file: Path) -> None:
-    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"})
+    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"} if NAMED else None)
     calls: list[int] = []
 
     def fill(first: int, count: int, dest: Any) -> None:

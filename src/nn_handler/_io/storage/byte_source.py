@@ -302,12 +302,21 @@ def _preadv(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
     try:
         if PREADV:
             return int(os.preadv(fd, buffers, offset))  # type: ignore[arg-type]  # ndarrays too
-        view = _bytes(buffers[0])  # platforms without preadv: one buffer at a time, a copy
+        view = _writable(buffers[0])  # platforms without preadv: one buffer at a time, a copy
     except (BufferError, TypeError, ValueError) as exc:  # read-only, or strided: refused
         raise ValueError(f"buffers must be writable and C-contiguous ({exc})") from exc
     data = os.pread(fd, view.nbytes, offset) if PREAD else _seek_and_read(fd, view.nbytes, offset)
     view[: len(data)] = data
     return len(data)
+
+
+def _writable(buf: Buffer) -> memoryview:
+    """``buf`` as a flat view of its bytes, refused when read-only or not C-contiguous."""
+    target: Any = buf  # (numpy arrays export the buffer protocol; the stubs do not say so)
+    view = memoryview(target)
+    if view.readonly or not view.c_contiguous:
+        raise ValueError("a read-only or strided buffer")
+    return view.cast("B")
 
 
 _seek_lock = threading.Lock()
