@@ -92,7 +92,7 @@ def off(capability: str, portable: str) -> None:
         portable: The portable path taken instead, and what it costs.
     """
     say_once(
-        f"platform: {capability}",
+        f"platform: {capability}: {portable}",
         f"{capability} not available on this platform: {portable}",
         logging.DEBUG,
     )

@@ -390,7 +390,10 @@ def plan_decoded(
 def _shareable(size: int, where: str) -> bool:
     """True when the node can share a decoded copy of ``size`` bytes by name (else said once)."""
     if not NAMED:  # macOS, Windows: by nature, so no warning
-        off("named regions (OFD locks, O_TMPFILE)", "decoded copies are not shared by name")
+        off(
+            "named regions (OFD locks, O_TMPFILE)",
+            "a decoded copy serves this process and the workers it forks, not spawned ones",
+        )
         return False
     unusable = usable_folder()
     if unusable is not None:

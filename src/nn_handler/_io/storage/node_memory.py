@@ -196,7 +196,7 @@ class _TreeRegion:
 def anonymous_region(nbytes: int) -> _TreeRegion:
     """``nbytes`` of zeroed memory shared with processes forked after this call."""
     if not FORK:
-        off("fork", "a decoded copy is this process's own; each worker process decodes its own")
+        off("fork", "a decoded copy serves this process and its threads, not worker processes")
     return _TreeRegion(nbytes)
 
 
