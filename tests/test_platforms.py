@@ -173,6 +173,16 @@ def test_without_named_regions_a_dataset_reads_the_same_and_warns_nothing(
     assert any("named regions" in m for m in said(logging.DEBUG))
 
 
+def test_without_meminfo_the_budget_is_what_the_user_sets(
+    monkeypatch: pytest.MonkeyPatch, said: Any
+):
+    monkeypatch.setattr(decoded, "usable_ram_bytes", lambda: None)
+    monkeypatch.delenv(decoded.BUDGET_ENV, raising=False)
+    assert decoded.decoded_budget(None) == 0 and decoded.decoded_budget(1 << 20) == 1 << 20
+    assert any("no decoded budget unless set" in m for m in said(logging.DEBUG))
+    assert said(logging.WARNING) == []
+
+
 def test_queues_without_pipe_room_are_the_standard_ones(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(queues_module, "PIPE_ROOM", False)
     context = multiprocessing.get_context("spawn")

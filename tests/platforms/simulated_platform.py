@@ -128,7 +128,7 @@ def _start_methods(methods: tuple[str, ...]) -> None:
             del mp_context._concrete_contexts[method]
     default = mp_context._default_context
     default._default_context = mp_context._concrete_contexts[methods[0]]
-    default._actual_context = None
+    default._actual_context = None  # (not chosen yet: set_start_method may still choose)
     offered = list(methods)
 
     def get_all_start_methods(self: object = None) -> list[str]:
@@ -139,4 +139,3 @@ def _start_methods(methods: tuple[str, ...]) -> None:
     for module in (multiprocessing, sys.modules.get("torch.multiprocessing")):
         if module is not None:
             module.get_all_start_methods = get_all_start_methods  # type: ignore[attr-defined]
-    assert multiprocessing.get_start_method() == methods[0]
