@@ -94,6 +94,22 @@ def test_the_simulated_macos_lacks_what_macos_lacks():
     assert not (platform.OFD or platform.FADVISE or platform.PIPE_ROOM or node_memory.NAMED)
 
 
+#: the modules users import (docs/design.md, "Public modules")
+PUBLIC = [
+    "nn_handler", "nn_handler.handler", "nn_handler.distributed", "nn_handler.cli",
+    "nn_handler.demo", "nn_handler.h5inspect", "nn_handler.bench", "nn_handler.dataloaders",
+    *(f"nn_handler.dataloaders.{name}" for name in (
+        "h5_dataloader", "rank_cached_h5_dataloader", "combined_h5_dataset", "h5_sample_dataset",
+        "h5_sparse_dataset", "samplers", "chunk_sampler", "loader", "prefetch", "transforms",
+    )),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_public_module_imports(name: str):
+    assert importlib.import_module(name).__name__ == name
+
+
 def test_what_is_off_is_said_once_at_debug_level(said: Any):
     platform.off("a capability", "the portable path")
     platform.off("a capability", "the portable path")
