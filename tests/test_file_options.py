@@ -6,84 +6,20 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import h5py
-import numpy as np
 import pytest
 import torch
 
-from nn_handler.dataloaders import (
-    CombinedHDF5Dataset,
-    FileOptions,
-    H5LazyDataset,
-    H5SampleDataset,
-    H5SparseDataset,
-    RankMemCachedH5Dataset,
-)
+from nn_handler.dataloaders import FileOptions, H5LazyDataset
 from nn_handler.dataloaders.combined_h5_dataset import create_optimized_dataloader
 
-from helpers.dataset_classes import dataset_classes
+from helpers.dataset_classes import FACTORIES, dataset_classes, dense_file, make_dataset
 from helpers.recordings import write_recording
-from helpers.samples import trajectories, write_samples
-from helpers.sparse_files import write_anndata
 
-
-def _dense(tmp_path: Path) -> Path:
-    path = tmp_path / "d.h5"
-    if path.exists():  # written once: a rewrite would (rightly) fail a dataset built before
-        return path
-    with h5py.File(path, "w") as f:
-        f["x"] = np.arange(60, dtype=np.float32).reshape(20, 3)
-        f["y"] = np.arange(20)
-    return path
-
-
-def _lazy(tmp_path: Path, **kw):
-    return H5LazyDataset(_dense(tmp_path), "x", "y", **kw)
-
-
-def _rank_cached(tmp_path: Path, **kw):
-    return RankMemCachedH5Dataset(
-        _dense(tmp_path), "x", "y", rank=0, world_size=1, log_fn=lambda _: None,
-        pin_host_memory=False, **kw,
-    )  # fmt: skip
-
-
-def _combined(tmp_path: Path, **kw):
-    path = tmp_path / "r.h5"
-    if not path.exists():
-        write_recording(path, 6, seed=0, uid_start=0, guid_kind="vlen-str")
-    return CombinedHDF5Dataset([path], pin_memory=False, **kw)
-
-
-def _per_sample(tmp_path: Path, **kw):
-    path = tmp_path / "s.h5"
-    if not path.exists():
-        write_samples(path, trajectories(5))
-    return H5SampleDataset(path, **kw)
-
-
-def _sparse(tmp_path: Path, **kw):
-    path = tmp_path / "a.h5ad"
-    if not path.exists():
-        write_anndata(path, "csr-gzip")
-    return H5SparseDataset(path, **kw)
-
-
-#: one factory per dataset class: ``test_every_dataset_class_has_a_factory`` fails for a
-#: concrete class of the dataset core, or a public dataset, that is missing here
-FACTORIES = {
-    H5LazyDataset: _lazy,
-    RankMemCachedH5Dataset: _rank_cached,
-    CombinedHDF5Dataset: _combined,
-    H5SampleDataset: _per_sample,
-    H5SparseDataset: _sparse,
-}
 KINDS = [cls.__name__ for cls in FACTORIES]
 
 
 def _make(kind: str, tmp_path: Path, **kw):
-    factory = {cls.__name__: f for cls, f in FACTORIES.items()}[kind]
-    return factory(tmp_path, **kw)
+    return make_dataset(kind, tmp_path, **kw)
 
 
 def test_every_dataset_class_has_a_factory():
@@ -130,14 +66,13 @@ def test_file_options_must_be_file_options(kind, tmp_path):
 
 def test_the_options_reach_the_file(tmp_path):
     options = FileOptions(rdcc_nbytes=3 << 20, rdcc_nslots=101, swmr=False)
-    ds = H5LazyDataset(_dense(tmp_path), "x", file_options=options)
+    path = dense_file(tmp_path)
+    ds = H5LazyDataset(path, "x", file_options=options)
     assert ds._source.options == options
-    same = H5LazyDataset(_dense(tmp_path), "x", rdcc_nbytes=3 << 20, rdcc_nslots=101, swmr=False)
+    same = H5LazyDataset(path, "x", rdcc_nbytes=3 << 20, rdcc_nslots=101, swmr=False)
     assert same._source.options == options
     replaced = dataclasses.replace(options, rdcc_w0=0.5)
-    assert (
-        H5LazyDataset(_dense(tmp_path), "x", file_options=replaced)._source.options.rdcc_w0 == 0.5
-    )
+    assert H5LazyDataset(path, "x", file_options=replaced)._source.options.rdcc_w0 == 0.5
 
 
 def test_create_optimized_dataloader_passes_file_options_on(tmp_path):

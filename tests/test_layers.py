@@ -5,7 +5,8 @@
   no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_tensors``); of the
   package's root modules, only the leaves ``_validate`` and ``_host``.
 * Inside ``_io``, ``storage`` (bytes: local files, URLs, versions) is the floor: it knows no
-  HDF5 file, chunk engine, rows or formats, and imports no h5py.
+  HDF5 file, chunk engine, rows or formats, and imports no h5py. ``_io.platform`` (what the
+  operating system offers) is a leaf every layer may ask.
 * A private package is imported only inside the package that holds it (``_io`` sits at the
   package root, so the datasets and the tools alike may stand on it).
 * ``_tensors`` (rows → tensors, samples and stacked batches) stands on ``_io`` alone.
@@ -138,6 +139,7 @@ def test_storage_is_the_floor_of_io():
         STORAGE,
         f"{IO}.errors",
         f"{IO}.notices",
+        f"{IO}.platform",  # what the operating system offers (a leaf: stdlib and notices)
         f"{IO}.process",
         f"{IO}.indices",
         "nn_handler._validate",
@@ -192,6 +194,11 @@ def test_io_imports_no_torch():
         if _within(m, IO)
     }
     assert {m: via for m, via in offenders.items() if via} == {}
+
+
+def test_the_platform_facts_are_a_leaf():
+    assert _own(GRAPH[f"{IO}.platform"]) == {f"{IO}.notices"}
+    assert _own(GRAPH[f"{IO}.notices"]) == set()
 
 
 def test_no_ctypes_anywhere_in_src():

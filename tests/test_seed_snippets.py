@@ -343,6 +343,8 @@ def _param(run: Run) -> Any:
     marks: list[Any] = []
     if run.slow or run.ranks > 1:
         marks.append(pytest.mark.slow)
+    if run.ranks > 1:
+        marks.append(pytest.mark.ddp)
     if run.cuda and not run.cpu:
         marks += [
             pytest.mark.cuda,

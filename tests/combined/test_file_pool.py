@@ -11,6 +11,7 @@ from nn_handler.dataloaders._combined.fields import FieldInfo, FileSchema
 from nn_handler.dataloaders._combined.file_pool import FileColumns, FilePool
 
 from helpers.files import images
+from helpers.platform_marks import needs_fork
 
 
 @pytest.fixture
@@ -81,6 +82,7 @@ def _child(pool, queue):
     queue.put((inherited, rows.tolist(), pool.open_files))
 
 
+@needs_fork
 def test_forked_child_drops_what_it_inherited(paths):
     pool = _pool(paths)
     pool.reader(0, "x"), pool.reader(1, "y")

@@ -23,6 +23,7 @@ from nn_handler._io.chunks import block_claims, fill_report, sources
 from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks.decoded import DecodedBlocks
 from nn_handler._io.storage import node_memory, shm_folder
+from nn_handler._io.storage.node_memory import NAMED
 from nn_handler.dataloaders import (
     ChunkShuffleSampler,
     FileOptions,
@@ -32,6 +33,7 @@ from nn_handler.dataloaders import (
 )
 
 from helpers.files import h5_rows
+from helpers.platform_marks import needs_fork, needs_named_regions
 from helpers.process import process_with_pid
 
 TIMEOUT = 120
@@ -42,6 +44,10 @@ def big_rows(n: int = ROWS) -> np.ndarray[Any, Any]:
     data = np.random.default_rng(0).standard_normal((n, 3, 32, 32)).astype(np.float32)
     data[:, 0, 0, 0] = np.arange(n)
     return data
+
+
+#: a named region (Linux), and memory shared with forked fillers (no fork: nothing to share)
+STORES = [pytest.param(True, marks=needs_named_regions), pytest.param(False, marks=needs_fork)]
 
 
 def engine_of(ds: H5LazyDataset) -> Any:
@@ -56,7 +62,7 @@ def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv(shm_folder.SHM_DIR_ENV, str(root))
     monkeypatch.delenv(decoded_module.BUDGET_ENV, raising=False)
     set_decode_threads(None)
-    yield Path(shm_folder.user_folder())
+    yield Path(shm_folder.user_folder()) if NAMED else root / "no regions here"
     set_decode_threads(None)
 
 
@@ -140,6 +146,7 @@ def test_forkserver_workers_share_one_copy_by_name(
         assert len(regions(shm)) == 1  # both workers read one region
 
 
+@needs_named_regions
 def test_a_peek_does_not_begin_the_copy_a_batch_does(gzip_file: Path, shm: Path) -> None:
     ds = H5LazyDataset(gzip_file, "x")
     engine = engine_of(ds)
@@ -174,6 +181,7 @@ def test_the_budget_decides(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) ->
         H5LazyDataset(gzip_file, "x")
 
 
+@needs_named_regions
 def test_a_budget_set_counts_the_other_decoded_datasets(make_h5: Any) -> None:
     a = make_h5({"x": (big_rows(), "gzip-shuffle")})
     b = make_h5({"x": (big_rows(), "gzip-shuffle")})
@@ -219,6 +227,7 @@ def test_a_spawned_process_reads_the_copy_another_process_decoded(gzip_file: Pat
     assert fills == 0  # not a block decoded again in the other process
 
 
+@needs_named_regions
 def test_no_room_for_the_region_falls_back_and_says_so_once(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -237,6 +246,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
     np.testing.assert_array_equal(copy[rows].numpy(), h5_rows(gzip_file, "x", rows))
 
 
+@needs_named_regions
 def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -253,6 +263,7 @@ def test_a_region_that_cannot_be_made_leaves_the_window(
     assert len(said) == 1 and "1.0 KiB free" in said[0] and "--shm-size" in said[0]
 
 
+@needs_named_regions
 def test_shared_memory_that_fills_up_midway_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -299,7 +310,7 @@ def _filler(store: DecodedBlocks, blocks: list[int], how: str) -> tuple[Any, lis
     return proc, claimed.get()
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+@pytest.mark.parametrize("named", STORES, ids=["named", "anonymous"])
 def test_blocks_are_claimed_once_settled_and_taken_over(gzip_file: Path, named: bool) -> None:
     store = DecodedBlocks(geometry_of(gzip_file), {"unit": "claims"} if named else None)
     view = store._attach()
@@ -330,7 +341,7 @@ def _write_block_numbers(todo: np.ndarray[Any, Any], dest: np.ndarray[Any, Any])
     dest[todo] = todo.reshape(-1, *[1] * (dest.ndim - 1))
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "anonymous"])
+@pytest.mark.parametrize("named", STORES, ids=["named", "anonymous"])
 def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
     gzip_file: Path,
     named: bool,
@@ -354,9 +365,10 @@ def test_a_stalled_filler_is_waited_for_a_bounded_time_then_done_here(
     assert len(said) == 1 and f"[{proc.pid}]" in said[0]
 
 
+@needs_fork
 def test_a_read_decodes_only_its_own_blocks_and_waits_for_nothing_else(gzip_file: Path) -> None:
     geometry = geometry_of(gzip_file)
-    store = DecodedBlocks(geometry, {"unit": "first batch"})
+    store = DecodedBlocks(geometry, {"unit": "first batch"} if NAMED else None)
     filled: list[list[int]] = []
 
     def fill(todo: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]) -> None:
@@ -377,7 +389,7 @@ def test_a_read_decodes_only_its_own_blocks_and_waits_for_nothing_else(gzip_file
 
 
 def test_a_fill_that_fails_leaves_its_blocks_empty_and_raises(gzip_file: Path) -> None:
-    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"})
+    store = DecodedBlocks(geometry_of(gzip_file), {"unit": "failing"} if NAMED else None)
     calls: list[list[int]] = []
 
     def fill(todo: np.ndarray[Any, Any], dest: Any) -> None:
@@ -491,6 +503,7 @@ H5LazyDataset(sys.argv[1], "x")[3]
 """
 
 
+@needs_named_regions
 def test_the_maker_reports_the_copy_once_it_is_whole(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

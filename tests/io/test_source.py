@@ -10,6 +10,7 @@ from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source, close_inherited_sources, dataset_keys
 
 from helpers.files import images
+from helpers.platform_marks import needs_fork
 from helpers.process import as_if_forked
 
 
@@ -118,6 +119,7 @@ def _child_reads(src: H5Source, queue) -> None:
     queue.put((inherited, closed, src.is_open and not src.inherited, row.tolist()))
 
 
+@needs_fork
 def test_forked_child_reopens_instead_of_using_the_parent_handle(path):
     src = H5Source(path, FileOptions())
     src.dataset("x")  # parent holds an open handle

@@ -13,6 +13,7 @@ from nn_handler._io.chunks.pool import ENV_VAR, decode_threads, run_parallel
 from nn_handler.dataloaders import H5LazyDataset, batched_loader, set_decode_threads
 
 from helpers.files import h5_rows, images
+from helpers.platform_marks import needs_fork
 
 TIMEOUT = 120
 # Python >= 3.12 warns when a process with threads forks; forking one is what these tests check
@@ -43,7 +44,8 @@ def test_set_decode_threads_validates():
 
 
 def test_environment_variable_and_default(monkeypatch):
-    assert decode_threads() == len(os.sched_getaffinity(0))  # every usable core, no cap
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert decode_threads() == cores  # every usable core, no cap
     monkeypatch.setenv(ENV_VAR, "5")
     assert decode_threads() == 5
     set_decode_threads(2)  # an explicit call wins over the environment
@@ -126,6 +128,7 @@ def _child_report(queue):
     )
 
 
+@needs_fork
 @FORK_WITH_THREADS
 def test_forked_child_builds_its_own_pool():
     set_decode_threads(2)
@@ -238,6 +241,7 @@ print(json.dumps({"ours": ours, "forks": forks, "ys": ys, "again": again}))
 """
 
 
+@needs_fork
 def test_no_thread_of_ours_is_alive_at_a_fork(make_h5, tmp_path):
     import json
     import subprocess

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io import platform
 from nn_handler._io.file import chunk_walk
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
@@ -195,7 +196,7 @@ def read_lazy(path: Path, want: np.ndarray[Any, Any], workers: bool) -> None:
     same(torch.cat(list(chunked)), want[order])
     shuffled = torch.cat(list(batched_loader(ds, 6, shuffle=True))).numpy()
     same(as_sorted_rows(shuffled), as_sorted_rows(want))  # every row once, in some order
-    if workers:
+    if workers and platform.FORK:  # (spawn workers: tests/test_platforms.py)
         forked = batched_loader(
             ds, 6, sampler=ChunkShuffleSampler(ds, seed=4), num_workers=2,
             multiprocessing_context="fork", timeout=120,

@@ -17,6 +17,7 @@ from nn_handler.dataloaders import H5SampleDataset, pad_collate
 from nn_handler.dataloaders._per_sample import files as sample_files
 
 from helpers.files import LAYOUTS
+from helpers.platform_marks import ROOT, needs_owners
 from helpers.samples import fixed, h5_sample, trajectories, write_samples
 
 LOGGER = "nn_handler.dataloaders"  # the dataset and its internals log under their own names
@@ -600,7 +601,8 @@ def test_unwritable_directory_falls_back_with_a_log_line(two_files, monkeypatch,
     assert not [n for n in os.listdir(two_files[0].parent) if "nnh-index" in n]
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root ignores permissions")
+@needs_owners
+@pytest.mark.skipif(ROOT, reason="root ignores permissions")
 def test_read_only_directory_for_real(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()

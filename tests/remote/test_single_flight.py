@@ -13,16 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nn_handler._io.storage.remote import single_flight
+from nn_handler._io.storage import locks as ofd_locks
 from nn_handler._io.storage.remote.cached_file import CachedFile
 from nn_handler._io.storage.remote.object_file import RemoteFile
 from nn_handler._io.storage.remote.single_flight import RangeLocks
 
 from helpers.process import together
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(__import__("fcntl"), "F_OFD_SETLK"), reason="needs open-file-description locks"
-)
+pytestmark = pytest.mark.skipif(not ofd_locks.OFD, reason="needs open-file-description locks")
 
 DATA = np.random.default_rng(5).integers(0, 256, 2_000_000, dtype=np.uint8).tobytes()
 RANGES = [(k * 97_000, 40_000) for k in range(20)]
@@ -133,7 +131,7 @@ def test_threads_of_one_process_take_turns(tmp_path: Path) -> None:
 def test_without_locks_every_process_fetches_for_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(single_flight, "_OFD", False)
+    monkeypatch.setattr(ofd_locks, "OFD", False)
     with RangeLocks(str(tmp_path / "fetching")).held([(0, 10)]):
         pass
     assert not (tmp_path / "fetching").exists()

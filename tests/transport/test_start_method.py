@@ -14,6 +14,7 @@ from nn_handler.dataloaders._transport import start_method
 from nn_handler.dataloaders._transport.start_method import other_threads, worker_context
 
 from helpers.files import h5_rows, images
+from helpers.platform_marks import needs_fork, needs_fork_default, needs_forkserver
 
 TIMEOUT = 120
 
@@ -71,6 +72,8 @@ def _assert_exact(report, h5):
     np.testing.assert_array_equal(xs, want)
 
 
+@needs_fork_default
+@needs_forkserver
 def test_a_guarded_script_with_threads_gets_forkserver_workers_and_the_same_bytes(tmp_path, h5):
     report, log = _run(tmp_path, _SCRIPT, h5)
     assert report["context"] == "ForkServerContext"
@@ -78,6 +81,7 @@ def test_a_guarded_script_with_threads_gets_forkserver_workers_and_the_same_byte
     _assert_exact(report, h5)
 
 
+@needs_fork_default
 def test_an_unguarded_script_keeps_fork_and_says_why(tmp_path, h5):
     script = _SCRIPT.replace('if __name__ == "__main__":\n    main()', "main()")
     report, log = _run(tmp_path, script, h5)
@@ -86,6 +90,7 @@ def test_an_unguarded_script_keeps_fork_and_says_why(tmp_path, h5):
     _assert_exact(report, h5)
 
 
+@needs_fork
 def test_a_context_the_user_gave_is_kept(h5):
     stop = threading.Event()
     helper = threading.Thread(target=stop.wait, name="user-helper")
@@ -126,6 +131,8 @@ def test_guarded_lines_are_the_main_blocks_body(tmp_path):
     assert start_method._guarded_lines(str(path)) == frozenset({4, 5, 6, 8})
 
 
+@needs_fork_default
+@needs_forkserver
 def test_a_private_rank_cache_keeps_fork(h5, monkeypatch, caplog):
     from nn_handler.dataloaders import RankMemCachedH5Dataset
     from nn_handler.dataloaders.loader import BatchedDataset
@@ -141,6 +148,7 @@ def test_a_private_rank_cache_keeps_fork(h5, monkeypatch, caplog):
     assert worker_context(None, BatchedDataset(shared)) is multiprocessing.get_context("forkserver")
 
 
+@needs_fork_default
 def test_what_does_not_pickle_keeps_fork(h5, monkeypatch, caplog):
     monkeypatch.setattr(start_method, "other_threads", lambda: ["CUDA"])
     monkeypatch.setattr(start_method, "_said", set())

@@ -12,6 +12,8 @@ from nn_handler.dataloaders import H5LazyDataset, batched_loader
 from nn_handler.dataloaders._transport import worker_iter
 from nn_handler.dataloaders._transport.worker_queues import DirectQueue
 
+from helpers.platform_marks import needs_pipe_room
+
 ROWS = 40_000  # above torch's 32,768-element grain: randperm fills its range in parallel
 
 
@@ -45,6 +47,7 @@ def test_the_shuffled_order_is_torchs_random_sampler(path):
     assert torch.get_num_threads() == threads
 
 
+@needs_pipe_room
 def test_persistent_workers_serve_every_row_each_epoch_over_direct_queues(path):
     loader = _loader(path, shuffle=True, persistent_workers=True)
     it = iter(loader)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
-import sys
 import threading
 import time
 
@@ -15,9 +14,9 @@ from hypothesis import strategies as st
 
 from nn_handler.dataloaders._transport.worker_queues import DirectQueue, direct_context
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="direct writes are Linux only"
-)
+from helpers.platform_marks import needs_pipe_room
+
+pytestmark = needs_pipe_room  # direct writes are Linux only
 JOIN_S = 60
 
 

@@ -7,7 +7,8 @@ and h5py objects cannot be pickled for spawn / forkserver workers. Every holder 
 keeps it in a ``PerProcess`` slot, which gives one rule for all of them:
 
 * after ``fork`` the child finds every slot empty (a generation counter is bumped in the child
-  by ``os.register_at_fork``; one integer compare per access, no system call);
+  by ``os.register_at_fork``; one integer compare per access, no system call; where processes
+  never fork (Windows) the generation never changes);
 * a pickled slot (spawn, forkserver, ``copy.copy``) travels empty;
 * the value is made on first use in each process, by the slot's factory or the caller.
 
@@ -20,11 +21,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .platform import AT_FORK, PROC, off
 
 if TYPE_CHECKING:
     import asyncio
@@ -68,28 +72,56 @@ def process_alive(pid: int) -> bool:
     """Whether process ``pid`` still runs: it exists and has not exited (not a zombie).
 
     A zombie (exited, not yet reaped by its parent: a DataLoader worker its loader has not
-    joined yet) will never use a region or finish a claim again, so it counts as gone.
+    joined yet) will never use a region or finish a claim again, so it counts as gone; where
+    there is no ``/proc`` (macOS) a zombie counts as alive until it is reaped.
     """
+    if sys.platform == "win32":  # pragma: no cover - os.kill(pid, 0) there sends CTRL_C_EVENT
+        return _windows_process_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover - another user's process of that pid
         return True
+    if not PROC:
+        off("/proc", "a process is alive while it has a pid, zombies included")
+        return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rpartition(b")")[2].split()[:1]
-    except OSError:  # no /proc (not Linux), or it ended meanwhile: what kill said
+    except OSError:  # it ended meanwhile: what kill said
         return True
     return state not in ([b"Z"], [b"X"])
+
+
+if sys.platform == "win32":  # pragma: no cover - Windows
+    import _winapi
+
+    _QUERY_LIMITED_INFORMATION = 0x1000  # PROCESS_QUERY_LIMITED_INFORMATION
+    _ACCESS_DENIED = 5  # ERROR_ACCESS_DENIED: the process exists, another user's
+
+    def _windows_process_alive(pid: int) -> bool:
+        """Ask Windows whether ``pid`` runs (what multiprocessing's ``_winapi`` offers)."""
+        try:
+            handle = _winapi.OpenProcess(_QUERY_LIMITED_INFORMATION, False, pid)
+        except OSError as exc:  # no such process (ERROR_INVALID_PARAMETER), or not ours
+            return getattr(exc, "winerror", None) == _ACCESS_DENIED
+        try:
+            return bool(_winapi.GetExitCodeProcess(handle) == _winapi.STILL_ACTIVE)
+        finally:
+            _winapi.CloseHandle(handle)
 
 
 def process_started(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot), or None where nobody can tell.
 
     A pid is reused once its process is gone; a pid together with its start time names one
-    process for the life of the machine (``started_process_alive``).
+    process for the life of the machine (``started_process_alive``). Known from ``/proc``
+    (Linux); elsewhere None, and a pid is then trusted as ``process_alive`` says.
     """
+    if not PROC:
+        off("/proc", "a process is known by its pid alone, not by its pid and start time")
+        return None
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rpartition(b")")[2].split()
@@ -331,11 +363,14 @@ def _run_after_fork_in_parent() -> None:
         hook()
 
 
-os.register_at_fork(
-    before=_run_before_fork,
-    after_in_parent=_run_after_fork_in_parent,
-    after_in_child=_after_fork_in_child,
-)
+if AT_FORK:
+    os.register_at_fork(
+        before=_run_before_fork,
+        after_in_parent=_run_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+else:  # no fork (Windows): nothing is ever inherited, every process starts afresh
+    off("os.register_at_fork", "no process forks, so none inherits what this one holds")
 
 
 class PerProcess(Generic[T]):

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from .._io.storage.node_memory import RegionInfo, list_regions
+from .._io.storage.node_memory import NAMED, RegionInfo, list_regions
 from .._io.storage.region_sweep import sweep
 from .._io.storage.shm_folder import folder_owners
 from .._validate import format_bytes
@@ -37,6 +37,9 @@ def add_regions(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _run_regions(args: argparse.Namespace) -> int:
+    if not NAMED:  # macOS, Windows: decoded copies are never shared by name there
+        print("0 B held: decoded copies are shared by name on Linux only")
+        return 0
     users = folder_owners() if os.geteuid() == 0 else [os.geteuid()]
     removed = sum(sweep(uid) for uid in users) if args.sweep else 0
     held = 0

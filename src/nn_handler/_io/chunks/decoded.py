@@ -49,8 +49,10 @@ from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
 from ..indices import consecutive_runs
 from ..notices import say_once
+from ..platform import off
 from ..process import PerProcess
 from ..storage.node_memory import (
+    NAMED,
     Region,
     anonymous_region,
     node_regions_bytes,
@@ -105,7 +107,14 @@ def decoded_budget(option: int | None) -> int:
             raise ValueError(f"{BUDGET_ENV} must be a size of at least 0 bytes, got {env!r}")
         return value
     room = usable_ram_bytes()
-    return 0 if room is None else (room + node_regions_bytes()) // 2
+    if room is None:  # no /proc/meminfo (macOS, Windows): nothing to take half of
+        off(
+            "/proc/meminfo",
+            f"no decoded budget unless set (decoded_budget=, or {BUDGET_ENV}): compressed "
+            "datasets are read through their chunk windows",
+        )
+        return 0
+    return (room + node_regions_bytes()) // 2
 
 
 def fits_budget(size: int, option: int | None) -> bool:
@@ -353,6 +362,12 @@ def plan_decoded(
 
 def _shareable(size: int, where: str) -> bool:
     """True when the node can share a decoded copy of ``size`` bytes by name (else said once)."""
+    if not NAMED:  # macOS, Windows: by nature, so no warning
+        off(
+            "named regions (OFD locks, O_TMPFILE)",
+            "a decoded copy serves this process and the workers it forks, not spawned ones",
+        )
+        return False
     unusable = usable_folder()
     if unusable is not None:
         _say_once(

@@ -335,14 +335,19 @@ def _open_remote(url: str, options: FileOptions) -> ByteSource:
     """The object at ``url`` as a ``ByteSource``: its version asked for now, cached if asked.
 
     With a cache directory, the processes of the node that open it at once ask once
-    (``storage/remote/node_version.py``).
+    (``storage/remote/node_version.py``). Where a node cache cannot work (Windows: no ``flock``,
+    no owner checks) the object is read from the store, as without one (said once, at DEBUG).
     """
+    from ..platform import off
+    from ..storage.remote.cache_dir import NODE_CACHE
     from ..storage.remote.cached_file import CachedFile
     from ..storage.remote.failures import RetryPolicy
     from ..storage.remote.node_version import open_checked
     from ..storage.remote.object_file import RemoteFile
 
-    if options.cache_dir is None:
+    if options.cache_dir is not None and not NODE_CACHE:
+        off("a node cache (flock, file owners)", "objects are read from the store, not cached")
+    if options.cache_dir is None or not NODE_CACHE:
         return RemoteFile(url, options.storage_options)
     root = os.fspath(options.cache_dir)
     policy = RetryPolicy()  # (RemoteFile's: the bound of one version request, retries included)

@@ -39,15 +39,13 @@ import numpy as np
 from ..file.chunk_walk import ASK_HDF5, read_direct_chunk
 from ..file.source import H5Source
 from ..indices import IndexArray
+from ..platform import FLOCK, off
 from ..rows.reader import RowReader
 from ..storage.identity import FileIdentity
 from .sparse_layout import SparseLayout, check_indptr
 
-_fcntl: Any
-try:  # POSIX: serialise concurrent builds
-    import fcntl as _fcntl
-except ImportError:  # pragma: no cover - Windows: atomic replace still keeps readers safe
-    _fcntl = None
+if FLOCK:  # serialise concurrent builds (elsewhere the atomic replace keeps readers safe)
+    import fcntl
 
 __all__ = ["BAND_ENTRIES", "SIDECAR_TAG", "ensure_csr_sidecar", "sidecar_path"]
 
@@ -163,13 +161,14 @@ def _is_valid(target: str, header: dict[str, Any]) -> bool:
 
 @contextlib.contextmanager
 def _build_lock(target: str) -> Iterator[None]:
-    if _fcntl is None:  # pragma: no cover - Windows
+    if not FLOCK:
+        off("flock", "processes that build one CSR copy at once each build it")
         yield
         return
     lock = f"{target}.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        _fcntl.flock(fd, _fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         # a process that locks the removed file may build once more: the atomic replace

@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import FileChangedError
+from ..platform import BINARY, FADVISE, MADVISE, MMAP_FLAGS, PREAD, PREADV, off
 from ..process import PerProcess
 from .identity import FileIdentity, SourceIdentity, check_identity, identity_of_fd
 
@@ -57,9 +58,6 @@ Buffer = np.ndarray[Any, Any] | bytearray | memoryview
 
 _STAT_EVERY_S = 0.01
 _MAX_IOVECS = 512  # below every platform's IOV_MAX (1024 on Linux and macOS)
-_HAS_PREADV = hasattr(os, "preadv")  # a platform question (all POSIX but old macOS)
-_CAN_MADVISE = hasattr(mmap, "MADV_WILLNEED") and hasattr(mmap.mmap, "madvise")
-_CAN_FADVISE = hasattr(os, "posix_fadvise")
 _PAGE = mmap.PAGESIZE
 _ADVISE_GAP = 256 * 1024  # bytes between two ranges read ahead with them (one request)
 _DEFAULT_PIECE = 128 * 1024  # Linux's default read-ahead window
@@ -187,7 +185,10 @@ class LocalFile:
         One ``POSIX_FADV_WILLNEED`` per span (``advise_spans``): the kernel reads each in large
         requests while the caller decodes what it read before.
         """
-        if not _CAN_FADVISE or starts.size == 0:
+        if not FADVISE:
+            off("posix_fadvise", "cold bytes are read when asked for, not ahead")
+            return
+        if starts.size == 0:
             return
         fd = self.descriptor()
         for lo, hi in advise_spans(starts, ends, piece=advice_piece(fd)):
@@ -205,7 +206,7 @@ class LocalFile:
             held.close()
 
     def _open(self) -> _Descriptor:
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(self.path, os.O_RDONLY | BINARY | getattr(os, "O_CLOEXEC", 0))
         try:
             if self._identity is not None:  # the file the dataset was built from, not a new one
                 check_identity(self.path, self._identity, identity_of_fd(fd), growing=self.growing)
@@ -299,14 +300,37 @@ def read_at(
 
 def _preadv(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
     try:
-        if _HAS_PREADV:
+        if PREADV:
             return int(os.preadv(fd, buffers, offset))  # type: ignore[arg-type]  # ndarrays too
-        view = _bytes(buffers[0])  # platforms without preadv: one buffer at a time, a copy
+        view = _writable(buffers[0])  # platforms without preadv: one buffer at a time, a copy
     except (BufferError, TypeError, ValueError) as exc:  # read-only, or strided: refused
         raise ValueError(f"buffers must be writable and C-contiguous ({exc})") from exc
-    data = os.pread(fd, view.nbytes, offset)
+    data = os.pread(fd, view.nbytes, offset) if PREAD else _seek_and_read(fd, view.nbytes, offset)
     view[: len(data)] = data
     return len(data)
+
+
+def _writable(buf: Buffer) -> memoryview:
+    """``buf`` as a flat view of its bytes, refused when read-only or not C-contiguous."""
+    target: Any = buf  # (numpy arrays export the buffer protocol; the stubs do not say so)
+    view = memoryview(target)
+    if view.readonly or not view.c_contiguous:
+        raise ValueError("a read-only or strided buffer")
+    return view.cast("B")
+
+
+_seek_lock = threading.Lock()
+
+
+def _seek_and_read(fd: int, length: int, offset: int) -> bytes:
+    """``pread`` where there is none (Windows): move the file position, then read.
+
+    The position is the descriptor's, shared by every thread: one read at a time per process.
+    """
+    off("os.pread", "reads of a file take turns in each process (a lock around seek and read)")
+    with _seek_lock:
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, length)
 
 
 class MappedFile:
@@ -328,13 +352,13 @@ class MappedFile:
     """
 
     def __init__(self, path: str, identity: FileIdentity | None, growing: bool = False) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | BINARY | getattr(os, "O_CLOEXEC", 0))
         try:
             current = identity_of_fd(fd)
             if identity is not None:
                 check_identity(path, identity, current, growing=growing)
             self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if current.size else None
-            self._piece = advice_piece(fd)
+            self._piece = advice_piece(fd) if MADVISE else _DEFAULT_PIECE
         finally:
             os.close(fd)  # the map holds its own duplicate: one descriptor per map, as np.memmap
         self.path = path
@@ -352,7 +376,7 @@ class MappedFile:
         read-ahead window around each row not yet arrived, many times the row's bytes on a file
         bigger than the page cache.
         """
-        if self._map is not None and _CAN_MADVISE:
+        if self._map is not None and MADVISE:
             self._map.madvise(mmap.MADV_RANDOM)
 
     def advise(self, starts: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> None:
@@ -362,7 +386,10 @@ class MappedFile:
         request in flight, where the disk serves many at once at its queue depth).
         ``MADV_WILLNEED`` queues the reads of every span (``advise_spans``) and returns.
         """
-        if self._map is None or not _CAN_MADVISE or starts.size == 0:
+        if not MADVISE:
+            off("madvise", "pages of a memory map are read as a gather touches them")
+            return
+        if self._map is None or starts.size == 0:
             return
         size, piece = self.data.size, self._piece
         for lo, hi in advise_spans(starts // _PAGE * _PAGE, np.minimum(ends, size), piece=piece):
@@ -398,8 +425,11 @@ def shared_memory(nbytes: int) -> mmap.mmap:
 
     ``MAP_SHARED | MAP_ANONYMOUS``: pages are only allocated when first written, and are backed
     by the kernel's internal shmem mount, not by ``/dev/shm`` (whose 64 MB Docker default would
-    end a write past it with SIGBUS).
+    end a write past it with SIGBUS). Windows has no such flags (and no fork): there the memory
+    is this process's own.
     """
+    if not MMAP_FLAGS:
+        return mmap.mmap(-1, max(1, int(nbytes)))
     return mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
 
 

@@ -8,7 +8,8 @@ releases it at once. OFD locks belong to an open file description, not to a proc
 each holder opens the file itself; two threads sharing one description do not exclude each
 other. A lock may lie past the end of the file: each idea gets a byte of its own.
 
-Where the OS has no OFD locks (not Linux) ``OFD`` is False and callers take their portable path.
+Where the OS has no OFD locks (macOS, Windows) ``OFD`` (``platform.OFD``, the one switch) is
+False and callers take their portable path: nothing here is called then.
 """
 
 from __future__ import annotations
@@ -18,17 +19,14 @@ import os
 import struct
 import time
 
-try:
+from ..platform import OFD
+
+if OFD:
     import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["OFD", "READ", "WRITE", "held_elsewhere", "lock", "lock_within", "unlock"]
 
-OFD = fcntl is not None and hasattr(fcntl, "F_OFD_SETLK")
-READ = getattr(fcntl, "F_RDLCK", 0)
-WRITE = getattr(fcntl, "F_WRLCK", 1)
-_UNLOCK = getattr(fcntl, "F_UNLCK", 2)
+READ, WRITE, _UNLOCK = (fcntl.F_RDLCK, fcntl.F_WRLCK, fcntl.F_UNLCK) if OFD else (0, 1, 2)
 _FLOCK = "hhqqi4x"  # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD), padded
 _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 0.001, 0.05
 

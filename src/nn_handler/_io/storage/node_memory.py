@@ -27,7 +27,7 @@ the bytes from ``_FILLS`` on say who fills what (``Region.hold_fill``).
 
 Named regions need Linux (``O_TMPFILE``, OFD locks). Elsewhere, and where the user's folder is
 missing, not the user's or too small (a container's 64 MiB), ``anonymous_region`` gives memory
-shared only with processes forked afterwards.
+shared only with processes forked afterwards (this process's own where nothing forks: Windows).
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ from typing import Any
 import numpy as np
 
 from ..._validate import format_bytes
+from ..platform import FORK, off
 from ..process import process_generation, started_process_alive
 from . import locks
 from .byte_source import shared_file_memory, shared_memory
 from .region_sweep import hold, sweep, sweep_name
 from .shm_folder import (
+    NAMED,
     PINS,
     USERS,
     NoRoomError,
@@ -78,15 +80,13 @@ __all__ = [
     "pin",
 ]
 
-#: named regions work here (Linux: nameless files, OFD locks)
-NAMED = locks.OFD and hasattr(os, "O_TMPFILE")
 _MAGIC = b"NNHREG02"
 _HEAD = struct.Struct("<8sQI")  # magic, payload bytes, description bytes; then the description
 _PAYLOAD_AT = 64 * 1024  # past the header, page-aligned for every page size
 _DESCRIPTION_MAX = _PAYLOAD_AT - _HEAD.size
 _MUTEX, _FILLS = 1, 1 << 32  # lock bytes past ``USERS`` (a lock may lie past a file's end)
 _MAKE_WAIT_S = 120.0  # longest wait for another maker of the same region (allocating GBs)
-_FORK = multiprocessing.get_context("fork")
+_FORK = multiprocessing.get_context("fork") if FORK else None
 _NO_ROOM = (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT)
 
 
@@ -192,7 +192,8 @@ class _TreeRegion:
         self.born = process_generation()
         self._data = shared_memory(nbytes)
         self.payload: np.ndarray[Any, Any] = np.frombuffer(self._data, np.uint8, nbytes)
-        self._lock = _FORK.Lock()  # (fork's semaphores are unlinked at once: no tracker)
+        # (fork's semaphores are unlinked at once: no tracker); no fork: this process's alone
+        self._lock: Any = threading.Lock() if _FORK is None else _FORK.Lock()
 
     def lock(self) -> Any:
         """The lock every forked process shares."""
@@ -217,6 +218,8 @@ class _TreeRegion:
 
 def anonymous_region(nbytes: int) -> _TreeRegion:
     """``nbytes`` of zeroed memory shared with processes forked after this call."""
+    if not FORK:
+        off("fork", "a decoded copy serves this process and its threads, not worker processes")
     return _TreeRegion(nbytes)
 
 
@@ -308,8 +311,10 @@ class RegionInfo:
 
 
 def list_regions(uid: int | None = None) -> list[RegionInfo]:
-    """``uid``'s regions on this node (this user's by default), in use or not."""
+    """``uid``'s regions on this node (this user's by default), in use or not (none: not Linux)."""
     found: list[RegionInfo] = []
+    if not NAMED:
+        return found
     with contextlib.suppress(OSError), folder(create=False, uid=uid) as dir_fd:
         for name in region_names(dir_fd):
             info = _info(dir_fd, name, os.path.join(user_folder(uid), name))

@@ -13,6 +13,8 @@ on SIGTERM without running Python, so the process that started them sweeps until
 (a second at most) before it goes on.
 
 ``sweep(uid)`` serves ``nn-handler regions --sweep`` (root sweeps every user's folder).
+Only named regions and pins are held (Linux: ``node_memory.NAMED``): elsewhere no SIGTERM handler
+is set and nothing is swept.
 """
 
 from __future__ import annotations

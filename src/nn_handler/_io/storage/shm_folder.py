@@ -23,9 +23,11 @@ import os
 import stat
 from collections.abc import Iterator
 
+from ..platform import TMPFILE
 from . import locks
 
 __all__ = [
+    "NAMED",
     "PINS",
     "SHM_DIR_ENV",
     "USERS",
@@ -47,6 +49,8 @@ __all__ = [
     "user_folder",
 ]
 
+#: named regions work here (Linux: nameless files, OFD locks); ``node_memory.NAMED``
+NAMED = locks.OFD and TMPFILE
 SHM_DIR_ENV = "NN_HANDLER_SHM_DIR"
 USERS = 0  # the byte of a region file its users hold a shared lock on
 PINS = 1 << 41  # where pins start in ``.locks`` (past the makers' turns: a 40-bit hash)
@@ -126,7 +130,7 @@ def _check(path: str, st: os.stat_result, uid: int) -> None:
 
 def usable_folder() -> str | None:
     """None when this user's regions can be shared by name here; else why not, for a message."""
-    if not (locks.OFD and hasattr(os, "O_TMPFILE")):
+    if not NAMED:
         return "named regions need Linux (nameless files and OFD locks)"
     if not os.path.isdir(shm_dir()):
         return None  # (no room there: the caller says that)
@@ -139,6 +143,8 @@ def usable_folder() -> str | None:
 
 def folder_owners() -> list[int]:
     """The uids whose folders of regions lie in ``shm_dir()`` (named after them, theirs)."""
+    if not NAMED:
+        return []
     try:
         names = os.listdir(shm_dir())
     except OSError:
@@ -161,6 +167,8 @@ def region_names(fd: int) -> list[str]:
 
 def region_exists(name: str) -> bool:
     """True when this user's folder holds a region ``name`` (whether it can be joined or not)."""
+    if not NAMED:
+        return False
     try:
         with folder(create=False) as fd:
             return stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)

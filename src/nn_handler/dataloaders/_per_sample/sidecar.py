@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._io.platform import BINARY
 from ..._io.storage.identity import FileIdentity
 
 __all__ = [
@@ -141,7 +142,7 @@ def save_sidecar(data_path: str, arrays: Arrays, header: dict[str, Any]) -> bool
     blob = json.dumps({"version": _VERSION, **header}, sort_keys=True).encode("utf-8")
     try:
         # os.open honours the umask (mkstemp would make the sidecar private to this user)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | BINARY, 0o666)
         with os.fdopen(fd, "wb") as fh:
             members: dict[str, Any] = {"header": np.frombuffer(blob, dtype=np.uint8), **arrays}
             np.savez(fh, **members)

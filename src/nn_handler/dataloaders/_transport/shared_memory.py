@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..._io.platform import SHM_FOLDER, off
 from ..._validate import format_bytes
 from .._tensors.tensors import torch_dtype
 
@@ -33,8 +34,14 @@ SHM_PATH = "/dev/shm"
 _FULL = (os.strerror(errno.ENOSPC), os.strerror(errno.ENOMEM))
 
 
-def shm_space(path: str = SHM_PATH) -> tuple[int, int] | None:
-    """Return ``(free, size)`` in bytes of the shared-memory file system, or None where absent."""
+def shm_space(path: str | None = SHM_FOLDER) -> tuple[int, int] | None:
+    """Return ``(free, size)`` in bytes of the shared-memory file system, or None where absent.
+
+    None also where shared memory lives in no folder (macOS, Windows): nothing tells its room.
+    """
+    if path is None:
+        off("a folder of shared memory (/dev/shm)", "room for shared memory is not checked first")
+        return None
     try:
         st = os.statvfs(path)
     except OSError:

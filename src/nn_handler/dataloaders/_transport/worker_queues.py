@@ -16,27 +16,30 @@ thread), and so does every later message from this process, so that this process
 keep their order. ``get`` with a timeout waits on a ``select.poll`` object kept for the queue
 instead of building a selector per call.
 
-Linux only (``FIONREAD`` on a pipe, ``sem_getvalue``); elsewhere ``direct_context`` returns the
-context unchanged and every queue is a standard one.
+Linux only (``F_GETPIPE_SZ`` and ``FIONREAD`` on a pipe: ``platform.PIPE_ROOM``; with them
+``sem_getvalue`` and ``poll``); elsewhere ``direct_context`` returns the context unchanged and
+every queue is a standard one (said once, at DEBUG level).
 """
 
 from __future__ import annotations
 
 import array
-import fcntl
 import multiprocessing.queues
 import queue
 import select
-import sys
-import termios
 import time
 from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from ..._io.platform import PIPE_ROOM, off
+
+if PIPE_ROOM:
+    import fcntl
+    import termios
+
 __all__ = ["DirectQueue", "direct_context"]
 
-_LINUX = sys.platform.startswith("linux")
 _PAGE = 4096  # a pipe holds whole pages: a message can leave the rest of its last one unused
 _WRITES_PER_MESSAGE = 2  # Connection.send_bytes writes a long message's header on its own
 
@@ -50,7 +53,7 @@ class DirectQueue(multiprocessing.queues.Queue):  # type: ignore[type-arg]
 
     def _reset(self, after_fork: bool = False) -> None:
         super()._reset(after_fork)  # type: ignore[misc]  # private in typeshed
-        self._direct = _LINUX
+        self._direct = PIPE_ROOM
         self._capacity = 0  # the pipe's, in bytes; asked on the first put
         self._poller: Any = None
 
@@ -111,7 +114,7 @@ class DirectQueue(multiprocessing.queues.Queue):  # type: ignore[type-arg]
             ValueError: the queue is closed.
             queue.Empty: none came within ``timeout``, or ``block`` is false and none is there.
         """
-        if not (_LINUX and block and timeout is not None):
+        if not (PIPE_ROOM and block and timeout is not None):
             return super().get(block, timeout)
         q: Any = self
         if q._closed:
@@ -157,6 +160,7 @@ def direct_context(context: BaseContext) -> BaseContext:
     Args:
         context: A concrete start-method context (``multiprocessing.get_context("fork")``).
     """
-    if not _LINUX:
+    if not PIPE_ROOM:
+        off("F_GETPIPE_SZ and FIONREAD", "worker queues write through their feeder threads")
         return context
     return _direct_type(type(context))()

@@ -28,7 +28,6 @@ process holds it (its holders killed, ``eviction.sweep_private``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ...notices import say_once
+from ...platform import FLOCK, OWNERS
 from ..byte_source import Buffer, read_at
 from ..identity import ObjectVersion
 from . import pieces
@@ -46,7 +46,14 @@ from .intervals import Intervals, empty
 from .owned import FOLDER_MODE, open_file, open_folder, open_own_root
 from .pieces import Pieces, Row
 
-__all__ = ["CacheEntry", "entry_name"]
+if FLOCK:
+    import fcntl
+
+__all__ = ["NODE_CACHE", "CacheEntry", "entry_name"]
+
+#: a node cache works here: locks that die with their holder (``flock``) and files checked for
+#: their owner, opened inside their folder without following links (POSIX; not Windows)
+NODE_CACHE = FLOCK and OWNERS
 
 _MAKE_TRIES = 10
 

@@ -18,7 +18,6 @@ user's entry is neither counted, opened nor removed.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import stat
@@ -27,7 +26,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...platform import FLOCK
 from .owned import is_ours, open_file, open_folder
+
+if FLOCK:  # (else the node cache is off: see cache_dir.NODE_CACHE)
+    import fcntl
 
 __all__ = ["PRIVATE", "evict", "make_room", "sweep_private"]
 

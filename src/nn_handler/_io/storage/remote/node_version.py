@@ -24,7 +24,6 @@ when it is a regular file of ours (``owned.py``); else the process asks the stor
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,8 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ...platform import FLOCK
 from ..identity import ObjectVersion
 from .owned import FOLDER_MODE, open_file, open_folder, open_own_root
+
+if FLOCK:  # (else the node cache is off: see cache_dir.NODE_CACHE)
+    import fcntl
 
 __all__ = ["open_checked"]
 

@@ -29,6 +29,8 @@ import errno
 import os
 import stat
 
+from ...platform import OWNERS
+
 __all__ = [
     "FILE_MODE",
     "FOLDER_MODE",
@@ -42,7 +44,7 @@ __all__ = [
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC if OWNERS else 0  # (Windows: no node cache)
 _OTHERS = stat.S_IRWXG | stat.S_IRWXO
 _WORDS = {
     errno.ENOSPC: "has no space left",

@@ -11,25 +11,25 @@ holder's descriptor closes, the holder dying included, so a dead fetcher never l
 waiting. Each thread locks through a descriptor of its own (locks on one description do not
 exclude each other), opened by its own process (a forked child shares its parent's). A wait is
 bounded (``WAIT_S``): past it the process fetches anyway (the same bytes again; never a hang).
-Where the OS has no such locks (not Linux), every process fetches for itself, as before.
+Where the OS has no such locks (macOS, Windows: ``locks.OFD``), every process fetches for
+itself, as before (said once, at DEBUG level).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
-import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
+
+from ...platform import off
+from .. import locks
 
 __all__ = ["WAIT_S", "RangeLocks"]
 
 #: longest wait for another process's fetch of the same range (a fetch retries within 60 s)
 WAIT_S = 90.0
-_OFD = hasattr(fcntl, "F_OFD_SETLK")
 _FIRST_PAUSE_S, _LONGEST_PAUSE_S = 0.001, 0.05
 
 
@@ -57,7 +57,9 @@ class RangeLocks:
 
         Ranges are taken in ascending order, so two holders never wait for each other.
         """
-        if not _OFD or not ranges:
+        if not locks.OFD:
+            off("OFD locks (F_OFD_SETLK)", "each process fetches what it misses for itself")
+        if not locks.OFD or not ranges:
             yield
             return
         fd, began, got = self._fd(), time.monotonic(), []
@@ -69,7 +71,7 @@ class RangeLocks:
             yield
         finally:
             for start, end in got:
-                _lock(fd, fcntl.F_UNLCK, start, end)
+                locks.unlock(fd, start, end - start)
 
     def close(self) -> None:
         """Close every descriptor (their locks go with them)."""
@@ -82,7 +84,7 @@ class RangeLocks:
 
     def _take(self, fd: int, start: int, end: int, deadline: float) -> bool:
         pause = _FIRST_PAUSE_S
-        while not _lock(fd, fcntl.F_WRLCK, start, end):
+        while not locks.lock(fd, locks.WRITE, start, end - start):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False  # fetch without it: a repeated request, not a hang
@@ -100,16 +102,3 @@ class RangeLocks:
         with self._guard:
             self._fds.append(fd)
         return fd
-
-
-def _lock(fd: int, kind: int, start: int, end: int) -> bool:
-    """Set (or clear) an OFD lock of ``kind`` on ``[start, end)``; False: another holds it."""
-    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padded
-    arg = struct.pack("hhqqi4x", kind, os.SEEK_SET, start, end - start, 0)
-    try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, arg)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
