@@ -85,6 +85,7 @@ _WAIT_S = 0.002  # between two looks at segments another process is filling
 _AHEAD = 3  # segments past the one being filled whose raw bytes are read ahead
 _LAYOUT = 2  # this module's layout of a region (in every description)
 _EMPTY, _LOADING, _READY = 0, 1, 2
+_NO_ROOM = "the shared memory is too small"  # the key of that notice, whichever dataset says it
 
 # ``fill(first, count, dest)``: decode blocks ``[first, first + count)`` into ``dest`` (their
 # rows, C-contiguous); ``advise(first, count)``: have those blocks' raw bytes read ahead
@@ -334,10 +335,10 @@ class DecodedBlocks:
         try:
             return open_region(self.name, self.nbytes, self.description)
         except NoRoomError as exc:
-            _say_once(
-                self.where,
-                f"its decoded copy cannot be shared ({exc}): its window of chunks serves it; "
-                "give the node more shared memory (docker run --shm-size=...)",
+            _say_no_room(
+                f"{self.where}: its decoded copy cannot be shared ({exc}): its window of chunks "
+                "serves it, and the same for every decoded copy that does not fit",
+                size,
             )
         except RegionError as exc:
             _say_once(
@@ -397,11 +398,12 @@ def _shareable(size: int, where: str) -> bool:
         return False
     room = shm_room()
     if room < size:
-        _say_once(
-            where,
-            f"{shm_dir()} has {format_bytes(room)} free, less than the decoded dataset "
-            f"({format_bytes(size)}): it is shared with forked workers only, not with the "
-            "node's other ranks; give the node more shared memory (docker run --shm-size=...)",
+        _say_no_room(
+            f"{shm_dir()} has {format_bytes(room)} free, less than the decoded copy of {where} "
+            f"({format_bytes(size)}): decoded copies that do not fit are kept in the memory of "
+            "the process that reads them (shared with the DataLoader workers it forks), not once "
+            "for the node",
+            size,
         )
         return False
     return True
@@ -414,3 +416,27 @@ def _name_of(description: bytes) -> str:
 def _say_once(what: str, message: str) -> None:
     """Say ``message`` about ``what`` (the dataset) once per process."""
     say_once(what, f"{what}: {message}")
+
+
+def _say_no_room(message: str, size: int) -> None:
+    """Say that the shared memory is too small, once for the whole job, with how to grow it.
+
+    One line whichever dataset, process or DataLoader worker finds it first (``notices.py``):
+    they all find the same small ``/dev/shm``. The size asked for holds ``size`` more bytes
+    beside what is in use, rounded up, plus a GiB.
+    """
+    wanted_gib = -(-(_shm_in_use() + size) // 1024**3) + 1
+    say_once(
+        _NO_ROOM,
+        f"{message}; give the node more shared memory: `docker run --shm-size={wanted_gib}g ...`",
+        job=True,
+    )
+
+
+def _shm_in_use() -> int:
+    """Bytes in use in ``shm_dir()`` (0 where it cannot be asked)."""
+    try:
+        st = os.statvfs(shm_dir())
+    except OSError:
+        return 0
+    return int((st.f_blocks - st.f_bavail) * st.f_frsize)
