@@ -22,6 +22,10 @@ the disk's and the decoder's limits measured in the same run).
 ``python benchmarks/run.py --wait [--batches 200000] [--rounds 5]`` times what ``WaitMeter``
 costs a loop per batch (``bench_wait.py``; target: under 2 microseconds).
 
+``python benchmarks/run.py --import [--src OTHER/src] [--rounds 7]`` times what importing the
+package costs a fresh process (a spawn worker) beyond torch, h5py and numpy, this tree against
+another, and the first batch with 2 spawn workers (``bench_import.py``).
+
 ``python benchmarks/run.py --storm [--n 50000] [--latency 0.02] [--throttle 200]`` starts 1, 4
 and 16 processes on one node and 4 × 4 on four (one cache dir each; also with a gloo group) against
 one object at once, then 64 against a store that throttles, without and with a group
@@ -48,6 +52,10 @@ if __name__ == "__main__":
         from bench_storm import main as storm
 
         sys.exit(storm([a for a in sys.argv[1:] if a != "--storm"]))
+    if "--import" in sys.argv[1:]:
+        from bench_import import main as import_cost
+
+        sys.exit(import_cost([a for a in sys.argv[1:] if a != "--import"]))
     if "--wait" in sys.argv[1:]:
         from bench_wait import main as wait
 

@@ -1,9 +1,14 @@
 """Every public package re-exports exactly its sorted ``__all__``, and the names resolve."""
 
+import ast
 import importlib
 import inspect
+import os
+from pathlib import Path
 
 import pytest
+
+from helpers.damage import run_python
 
 PACKAGES = ["nn_handler", "nn_handler.dataloaders", "nn_handler.rewrite"]
 MODULES = [
@@ -71,3 +76,50 @@ def test_handler_is_reexported_from_the_package():
 
     for n in handler.__all__:
         assert getattr(nn_handler, n) is getattr(handler, n)
+
+
+def _type_checking_imports(package: str) -> dict[str, tuple[str, ...]]:
+    """Module -> names of the ``if typing.TYPE_CHECKING:`` imports of ``package``'s ``__init__``."""
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(module.__file__).read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+    )
+    return {
+        "." * node.level + (node.module or ""): tuple(a.name for a in node.names)
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+    }
+
+
+def test_lazy_names_are_the_ones_type_checkers_see():
+    """``dataloaders`` imports its names on first use; what mypy sees must say the same."""
+    from nn_handler import dataloaders
+
+    assert _type_checking_imports("nn_handler.dataloaders") == dataloaders._MODULES
+    lazy = {name for names in dataloaders._MODULES.values() for name in names}
+    assert lazy == set(dataloaders.__all__)
+    assert set(dataloaders.__all__) <= set(dir(dataloaders))
+    assert _type_checking_imports("nn_handler") == {".handler": ("NNHandler",)}
+
+
+def test_a_name_its_own_submodule_defines_is_not_hidden_by_importing_the_submodule():
+    done = run_python(
+        """
+        import nn_handler.dataloaders.wait_advice  # the submodule first, then the name
+        import nn_handler.dataloaders as d
+        from nn_handler.dataloaders import wait_advice
+        assert callable(d.wait_advice) and wait_advice is d.wait_advice, d.wait_advice
+        assert d.samplers.EpochShuffleSampler is d.EpochShuffleSampler  # submodules resolve
+        try:
+            d.no_such_name
+        except AttributeError:
+            pass
+        else:
+            raise AssertionError("no AttributeError")
+        """,
+        PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

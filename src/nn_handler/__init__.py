@@ -1,15 +1,26 @@
-"""nn_handler: fast, correct HDF5 data for PyTorch training, on one process or many."""
+"""nn_handler: fast, correct HDF5 data for PyTorch training, on one process or many.
 
+``NNHandler`` (and the training loop under it) is imported when first asked for
+(``nn_handler/_lazy.py``): a DataLoader worker that imports the package to unpickle its dataset
+never needs it.
+"""
+
+import typing
 from importlib import metadata as _metadata
 
 from . import (
     _job_store,  # noqa: F401  (registers the job's store with the I/O layer)
+    _lazy,
     dataloaders,
     errors,
 )
 from ._training.checkpoint import CheckpointError
 from .distributed import World
-from .handler import NNHandler
+
+if typing.TYPE_CHECKING:  # (the same name as below, for type checkers)
+    from .handler import NNHandler
+
+_lazy.exports(__name__, {".handler": ("NNHandler",)})
 
 try:
     __version__ = _metadata.version("nn-handler")

@@ -34,7 +34,8 @@ __all__ = ["FACTORIES", "dataset_classes", "dense_file", "make_dataset"]
 
 def dataset_classes() -> set[type]:
     """The concrete classes of the dataset core and every public dataset that opens files."""
-    return _concrete_below(FileDataset) | _public_datasets()
+    public = _public_datasets()  # (first: it imports every public module, and so each class)
+    return _concrete_below(FileDataset) | public
 
 
 def _concrete_below(cls: type) -> set[type]:

@@ -8,6 +8,7 @@ import pytest
 
 import nn_handler._io.chunks.decoders as decoders_module
 import nn_handler._io.chunks.plugins as plugins_module
+import nn_handler._io.chunks.shuffle as shuffle_module
 from nn_handler._io.chunks.codecs import (
     BITSHUFFLE,
     BLOSC,
@@ -22,6 +23,7 @@ from nn_handler._io.chunks.codecs import (
     supported_filters,
 )
 from nn_handler._io.chunks.decoders import Step, inflate_into, unshuffle_into
+from nn_handler._io.chunks.libraries import IMAGECODECS, Library
 from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.errors import CorruptFileError
 from nn_handler._io.file.options import FileOptions
@@ -128,10 +130,10 @@ def test_supported_filters_with_imagecodecs():
 
 def test_without_the_libraries_only_hdf5_filters_are_decoded(codec_file, monkeypatch):
     """A plain install: deflate by zlib, Fletcher-32 by NumPy, plugin filters left to h5py."""
-    for module in (decoders_module, plugins_module):
-        for name in list(vars(module)):
-            if name.startswith("_") and name.endswith(("_decode", "_fletcher32")):
-                monkeypatch.setattr(module, name, None)
+    missing = Library("imagecodecs_is_not_installed")
+    for module in (decoders_module, plugins_module, shuffle_module):
+        monkeypatch.setattr(module, "IMAGECODECS", missing)
+    monkeypatch.setattr(shuffle_module, "blosc_unshuffles", lambda: False)  # (checked once)
     monkeypatch.setattr(plugins_module, "_blosc2_package", lambda: None)
     assert supported_filters() == {DEFLATE, SHUFFLE, 3}
     for name in ("zstd", "lz4", "blosc-lz4", "blosc2", "bitshuffle", "bitshuffle-lz4"):
@@ -190,10 +192,10 @@ def test_corrupt_chunk_raises_corrupt_file_error_naming_it(tmp_path):
 
 @pytest.mark.parametrize("library", [True, False], ids=["imagecodecs", "zlib"])
 def test_inflate_into_checks_length(monkeypatch, library):
-    if library and decoders_module._deflate_decode is None:
+    if library and IMAGECODECS.deflate_decode is None:
         pytest.skip("the optional 'imagecodecs' package is not installed")
     if not library:
-        monkeypatch.setattr(decoders_module, "_deflate_decode", None)
+        monkeypatch.setattr(IMAGECODECS, "deflate_decode", None)
     payload = np.arange(1000, dtype=np.uint8)
     stream = np.frombuffer(zlib.compress(payload.tobytes()), np.uint8)
     out = np.empty(1000, np.uint8)
@@ -226,7 +228,7 @@ def test_unshuffle_into_matches_hdf5_layout():
 def test_bitshuffle_blocks_and_leftover_elements(tmp_path, monkeypatch, cname, one_call):
     """Chunks of several blocks, a partial last block and count % 8 elements stored as is."""
     if not one_call:  # lz4 blocks one call each, as when a block's size equals its data's
-        monkeypatch.setattr(plugins_module, "_lz4h5_decode", None)
+        monkeypatch.setattr(IMAGECODECS, "lz4h5_decode", None)
     path = tmp_path / "bs.h5"
     rng = np.random.default_rng(5)
     chunk_rows = {"5003": 5003, "5": 5, "16": 16}  # several blocks / leftover only / one block

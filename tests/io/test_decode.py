@@ -18,6 +18,7 @@ from nn_handler._io.chunks.decoders import (
     fletcher32_numpy,
     unshuffle_into,
 )
+from nn_handler._io.chunks.libraries import IMAGECODECS
 from nn_handler._io.errors import CorruptFileError
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
@@ -37,10 +38,10 @@ SHAPE, CHUNKS = (45, 5, 6), (8, 2, 6)  # 45 rows: partial edge chunk; (2, 6): ch
 def inflater(request, monkeypatch):
     """Run a test with imagecodecs (when installed) and with zlib / NumPy."""
     if request.param == "fallbacks":
-        monkeypatch.setattr(decoders_module, "_deflate_decode", None)
-        monkeypatch.setattr(decoders_module, "_h5checksum_fletcher32", None)
+        monkeypatch.setattr(IMAGECODECS, "deflate_decode", None)
+        monkeypatch.setattr(IMAGECODECS, "h5checksum_fletcher32", None)
         monkeypatch.setattr(shuffle_module, "blosc_unshuffles", lambda: False)
-    elif decoders_module._deflate_decode is None:
+    elif IMAGECODECS.deflate_decode is None:
         pytest.skip("the optional 'imagecodecs' package is not installed")
     return request.param
 

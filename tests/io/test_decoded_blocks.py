@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from nn_handler._io import notice_board, notices
 from nn_handler._io.chunks import block_claims, fill_report, sources
 from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks.decoded import DecodedBlocks
@@ -64,6 +65,17 @@ def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     set_decode_threads(None)
     yield Path(shm_folder.user_folder()) if NAMED else root / "no regions here"
     set_decode_threads(None)
+
+
+@pytest.fixture
+def fresh_notices(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Notices said before this test (in this process or, job-wide, by its workers) forgotten."""
+    monkeypatch.setattr(notices, "_said", set())
+    monkeypatch.setattr(notice_board, "_board", None)  # the next H5Source makes a new board
+    yield
+    board = notice_board._board
+    if board is not None:
+        os.close(board.fd)
 
 
 def regions(folder: Path) -> list[str]:
@@ -228,6 +240,7 @@ def test_a_spawned_process_reads_the_copy_another_process_decoded(gzip_file: Pat
 
 
 @needs_named_regions
+@pytest.mark.usefixtures("fresh_notices")
 def test_no_room_for_the_region_falls_back_and_says_so_once(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -247,6 +260,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
 
 
 @needs_named_regions
+@pytest.mark.usefixtures("fresh_notices")
 def test_a_region_that_cannot_be_made_leaves_the_window(
     gzip_file: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import nn_handler._io.chunks.decoders as decoders_module
 import nn_handler._io.chunks.shuffle as shuffle_module
 from nn_handler._io.chunks.decoders import scratch, unshuffle_into
+from nn_handler._io.chunks.libraries import IMAGECODECS
 from nn_handler._io.chunks.shuffle import (
     FRAME,
     blosc_unshuffles,
@@ -21,7 +22,7 @@ from nn_handler._io.rows.reader import RowReader
 
 # not skipped when imagecodecs is there but its c-blosc fails the check: those tests then fail
 needs_blosc = pytest.mark.skipif(
-    shuffle_module._blosc_decode is None,
+    IMAGECODECS.blosc_decode is None,
     reason="the optional 'imagecodecs' package is not installed",
 )
 

@@ -8,12 +8,14 @@ decoded-chunk window or the caller's batch, so a thread pool decodes chunks in p
 
 ``pipeline_for`` is the one guard: a pipeline only when every filter is one we decode here
 (any order, any repetition; a per-chunk ``filter_mask`` skips filters) and the file's bytes are
-the values; otherwise None, and h5py decodes. Every step checks that it produced exactly the
-bytes expected and raises ``ChunkDecodeError`` otherwise: the reader reports the chunk as
-corrupt (``CorruptFileError``) rather than hand it to HDF5, whose filters may return
-uninitialised memory for a short stream. A stream nested in another compressor is inflated into
-a bound a little above one chunk: a forged stream that would inflate to gigabytes costs one
-chunk of memory. Only ``UnsupportedChunkError`` (a variant we do not decode) falls back to h5py.
+the values; otherwise None, and h5py decodes. It also imports the libraries the pipeline will
+call (``libraries.py``: nothing is imported before a dataset needs it). Every step checks
+that it produced exactly the bytes expected and raises ``ChunkDecodeError`` otherwise: the
+reader reports the chunk as corrupt (``CorruptFileError``) rather than hand it to HDF5, whose
+filters may return uninitialised memory for a short stream. A stream nested in another
+compressor is inflated into a bound a little above one chunk: a forged stream that would inflate
+to gigabytes costs one chunk of memory. Only ``UnsupportedChunkError`` (a variant we do not
+decode) falls back to h5py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .decoders import (
     UnsupportedChunkError,
     inflate_head,
     inflate_many,
+    load_builtin,
     scratch,
     strip_checksum,
     unshuffle_rows,
@@ -279,6 +282,8 @@ def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
         return None
     if itemsize == 0 or not stored_as_values(dset):
         return None
+    for step in steps:  # (a plugin's library was imported when ``_decodable`` asked for it)
+        load_builtin(step)
     return ChunkPipeline(steps, tuple(int(c) for c in dset.chunks), dset.dtype)
 
 

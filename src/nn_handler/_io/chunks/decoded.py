@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 import weakref
 from collections.abc import Callable
@@ -48,6 +49,7 @@ import numpy as np
 from ..._host import usable_ram_bytes
 from ..._validate import format_bytes, parse_size
 from ..indices import consecutive_runs
+from ..notice_board import say_once_for_job
 from ..notices import say_once
 from ..platform import off
 from ..process import PerProcess
@@ -82,8 +84,8 @@ __all__ = [
 
 BUDGET_ENV = "NN_HANDLER_DECODED_BUDGET"
 _WAIT_S = 0.002  # between two looks at blocks another process is decoding
-_MORE = ": its window of chunks serves it; give the node more shared memory (--shm-size=...)"
 _LAYOUT = 3  # this module's layout of a region (in every description)
+_NO_ROOM = "the shared memory is too small"  # the key of that notice, whichever dataset says it
 
 # ``fill(ids, blocks)``: decode blocks ``ids`` (sorted, unique) into ``blocks[ids]``
 Fill = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None]
@@ -241,7 +243,11 @@ class DecodedBlocks:
         except NoRoomError as exc:
             view.claims.settle(ids, ok=False)
             self._view.pop()  # (this process reads through its window from now on)
-            _say_once(self.where, f"its decoded copy ran out of shared memory ({exc}){_MORE}")
+            _say_no_room(
+                f"{self.where}: its decoded copy ran out of shared memory ({exc}): its window "
+                "of chunks serves it",
+                self.geometry.count * self.geometry.block_nbytes,
+            )
             return False
         except BaseException:
             view.claims.settle(ids, ok=False)
@@ -313,7 +319,11 @@ class DecodedBlocks:
         try:
             return open_region(self.name, self.nbytes, self.description, self._arena_at)
         except NoRoomError as exc:
-            _say_once(self.where, f"its decoded copy cannot be shared ({exc}){_MORE}")
+            _say_no_room(
+                f"{self.where}: its decoded copy cannot be shared ({exc}): its window of chunks "
+                "serves it, and the same for every decoded copy that does not fit",
+                size,
+            )
         except RegionError as exc:
             _say_once(
                 self.where,
@@ -378,11 +388,12 @@ def _shareable(size: int, where: str) -> bool:
         return False
     room = shm_room()
     if room < size:
-        _say_once(
-            where,
-            f"{shm_dir()} has {format_bytes(room)} free, less than the decoded dataset "
-            f"({format_bytes(size)}): it is shared with forked workers only, not with the "
-            "node's other ranks; give the node more shared memory (docker run --shm-size=...)",
+        _say_no_room(
+            f"{shm_dir()} has {format_bytes(room)} free, less than the decoded copy of {where} "
+            f"({format_bytes(size)}): decoded copies that do not fit are kept in the memory of "
+            "the process that reads them (shared with the DataLoader workers it forks), not once "
+            "for the node",
+            size,
         )
         return False
     return True
@@ -395,3 +406,25 @@ def _name_of(description: bytes) -> str:
 def _say_once(what: str, message: str) -> None:
     """Say ``message`` about ``what`` (the dataset) once per process."""
     say_once(what, f"{what}: {message}")
+
+
+def _say_no_room(message: str, size: int) -> None:
+    """Say that the shared memory is too small, once for the whole job, with how to grow it.
+
+    One line whichever dataset, process or DataLoader worker finds it first (``notices.py``):
+    they all find the same small ``/dev/shm``. The size asked for holds ``size`` more bytes
+    beside what is in use, rounded up, plus a GiB.
+    """
+    wanted_gib = -(-(_shm_in_use() + size) // 1024**3) + 1
+    say_once_for_job(
+        _NO_ROOM,
+        f"{message}; give the node more shared memory: `docker run --shm-size={wanted_gib}g ...`",
+    )
+
+
+def _shm_in_use() -> int:
+    """Bytes in use in ``shm_dir()`` (0 where it cannot be asked)."""
+    try:
+        return int(shutil.disk_usage(shm_dir()).used)
+    except OSError:
+        return 0

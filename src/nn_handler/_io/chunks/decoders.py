@@ -3,8 +3,9 @@
 Each decoder writes into the destination it is given and returns the part of it that it filled;
 ``ChunkPipeline`` (``codecs.py``) chains them and checks sizes. This module holds what every
 decoder shares and HDF5's built-in filters; ``plugins.py`` holds the filters of ``hdf5plugin``.
-The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``), whose functions release
-the GIL, with a standard-library or NumPy fallback for HDF5's built-in filters:
+The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``; imported on first use,
+``libraries.py``), whose functions release the GIL, with a standard-library or NumPy fallback for
+HDF5's built-in filters:
 
 | filter (id) | decoded by | without the library |
 |---|---|---|
@@ -23,7 +24,6 @@ variant we do not decode raises ``UnsupportedChunkError`` (the reader lets h5py 
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import zlib
@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from ..filter_ids import BITSHUFFLE, BLOSC, BLOSC2, DEFLATE, FLETCHER32, LZ4, SHUFFLE, ZSTD
-from .shuffle import FRAME, framed_fits, unshuffle_framed, unshuffle_planes
+from .libraries import IMAGECODECS, Decode, library
+from .shuffle import FRAME, blosc_unshuffles, framed_fits, unshuffle_framed, unshuffle_planes
 
 __all__ = [
     "BITSHUFFLE",
@@ -59,6 +60,7 @@ __all__ = [
     "inflate_into",
     "inflate_many",
     "library",
+    "load_builtin",
     "scratch",
     "strip_checksum",
     "unshuffle_into",
@@ -70,7 +72,6 @@ _COPY = 4  # the scratch buffer a shuffled chunk is framed in when it came from 
 _MOD = 65535  # Fletcher-32 sums are kept modulo 2**16 - 1
 
 Buffer = np.ndarray[Any, Any]  # 1-d, uint8, C-contiguous
-Decode = Callable[..., Any]  # a library's decode function
 
 
 class ChunkDecodeError(ValueError):
@@ -99,18 +100,6 @@ class Step:
 #: Undoes one step: (step, source, destination) -> the part of the destination it filled.
 Filter = Callable[[Step, Buffer, Buffer], Buffer]
 
-
-def library(module: str, function: str) -> Decode | None:
-    """``module.function`` when the module imports and has it (older versions may not)."""
-    try:
-        found: Decode | None = getattr(importlib.import_module(module), function, None)
-    except ImportError:
-        return None
-    return found
-
-
-_deflate_decode = library("imagecodecs", "deflate_decode")
-_h5checksum_fletcher32 = library("imagecodecs", "h5checksum_fletcher32")  # HDF5's own C code
 
 _local = threading.local()
 
@@ -164,9 +153,10 @@ def inflate_into(src: Buffer, dest: Buffer) -> Buffer:
     Raises:
         ChunkDecodeError: the stream is corrupt, truncated, or inflates past ``dest``.
     """
-    if _deflate_decode is not None and src.nbytes:
+    deflate = IMAGECODECS.deflate_decode
+    if deflate is not None and src.nbytes:
         try:
-            filled = _deflate_decode(src, out=dest)  # libdeflate checks the end and Adler-32
+            filled = deflate(src, out=dest)  # libdeflate checks the end and Adler-32
             return dest[: len(filled)]
         except (RuntimeError, ValueError):
             pass  # corrupt, or longer than dest: zlib says which, in words
@@ -273,8 +263,9 @@ def unshuffle_rows(src: Buffer, dest: Buffer, itemsize: int) -> None:
 
 def fletcher32(buf: np.ndarray[Any, Any]) -> int:
     """HDF5's Fletcher-32 checksum of ``buf`` (uint8): imagecodecs (HDF5's C code), else NumPy."""
-    if _h5checksum_fletcher32 is not None and buf.size:
-        return int(_h5checksum_fletcher32(buf))
+    checksum = IMAGECODECS.h5checksum_fletcher32  # HDF5's own C code
+    if checksum is not None and buf.size:
+        return int(checksum(buf))
     return fletcher32_numpy(buf)
 
 
@@ -325,3 +316,22 @@ def _unshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
 
 #: Filter id -> how to undo it, for the filters built into HDF5 (Fletcher-32: ``strip_checksum``).
 BUILTIN: dict[int, Filter] = {DEFLATE: _inflate, SHUFFLE: _unshuffle}
+
+#: Filter id -> the ``imagecodecs`` functions undoing a built-in filter calls (a plugin's are
+#: looked up when ``plugins.decodable`` asks for them).
+_BUILTIN_CALLS = {
+    DEFLATE: ("deflate_decode",),
+    SHUFFLE: ("blosc_decode",),
+    FLETCHER32: ("h5checksum_fletcher32",),
+}
+
+
+def load_builtin(step: Step) -> None:
+    """Import what undoing built-in ``step`` calls, and run its once-per-process checks, now.
+
+    ``codecs.pipeline_for`` calls it in the process that builds a dataset, so that forked
+    workers inherit the library instead of each importing it at its first chunk.
+    """
+    IMAGECODECS.load(*_BUILTIN_CALLS.get(step.code, ()))
+    if step.code == SHUFFLE:
+        blosc_unshuffles()

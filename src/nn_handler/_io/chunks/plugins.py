@@ -2,7 +2,9 @@
 
 Each reads HDF5's framing of its codec (the plugin's own header, where it has one), checks it
 against the destination, and lets the library decode into the destination with the GIL
-released. Without the library a filter is not decodable here and h5py reads the dataset.
+released. Without the library a filter is not decodable here and h5py reads the dataset. Both
+libraries are imported on first use (``libraries.py``): asking whether a step is ``decodable``
+imports the one its codec needs.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from .decoders import (
     Step,
     UnsupportedChunkError,
     call,
-    library,
     scratch,
 )
+from .libraries import IMAGECODECS
 
 __all__ = ["PLUGINS", "Plugin", "decodable"]
 
@@ -37,12 +39,6 @@ _BSHUF_NONE, _BSHUF_LZ4, _BSHUF_ZSTD = 0, 2, 3
 _BSHUF_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements; the rest is stored as is
 _BSHUF_TARGET = 8192  # bytes of bitshuffle's default block (bshuf_default_block_size)
 _BE_U32 = struct.Struct(">I")
-
-_zstd_decode = library("imagecodecs", "zstd_decode")
-_lz4_decode = library("imagecodecs", "lz4_decode")
-_lz4h5_decode = library("imagecodecs", "lz4h5_decode")
-_blosc_decode = library("imagecodecs", "blosc_decode")
-_bitshuffle_decode = library("imagecodecs", "bitshuffle_decode")
 
 
 @functools.cache
@@ -66,7 +62,7 @@ def _lz4(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     total, _ = _header(src, "lz4")
     if total != dest.nbytes:
         raise ChunkDecodeError(f"lz4 chunk holds {total} bytes, expected {dest.nbytes}")
-    return call("lz4", _lz4h5_decode, src, dest)
+    return call("lz4", IMAGECODECS.lz4h5_decode, src, dest)
 
 
 def _bitshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
@@ -78,7 +74,12 @@ def _bitshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
             raise ChunkDecodeError(f"bitshuffled chunk holds {src.nbytes} bytes")
         block = int(values[3]) if len(values) > 3 else 0
         return call(
-            "bitshuffle", _bitshuffle_decode, src.data, dest, itemsize=elem, blocksize=block
+            "bitshuffle",
+            IMAGECODECS.bitshuffle_decode,
+            src.data,
+            dest,
+            itemsize=elem,
+            blocksize=block,
         )
     total, block_bytes = _header(src, "bitshuffle")
     if total != dest.nbytes or total % elem:
@@ -97,7 +98,9 @@ def _bitshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     if src.nbytes - end < rest:
         raise ChunkDecodeError("bitshuffle chunk is shorter than its header says")
     tmp[total - rest :] = src[end : end + rest]
-    return call("bitshuffle", _bitshuffle_decode, tmp.data, dest, itemsize=elem, blocksize=block)
+    return call(
+        "bitshuffle", IMAGECODECS.bitshuffle_decode, tmp.data, dest, itemsize=elem, blocksize=block
+    )
 
 
 def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -> int:
@@ -116,15 +119,15 @@ def _decompress_blocks(step: Step, src: Buffer, tmp: Buffer, sizes: list[int]) -
     (block_bytes,) = struct.unpack_from(">I", src.data, 8)
     same_blocks = all(n == block_bytes for n in sizes[:-1]) and 0 < sizes[-1] <= block_bytes
     raw = any(size == n for (_, size), n in zip(frame, sizes, strict=True))
-    if lz4 and _lz4h5_decode is not None and same_blocks and not raw:
+    if lz4 and IMAGECODECS.lz4h5_decode is not None and same_blocks and not raw:
         framed = scratch(end, 3)
         framed[:] = src[:end]
         framed[:8] = np.frombuffer(struct.pack(">Q", sum(sizes)), np.uint8)
-        got = call("bitshuffle's lz4", _lz4h5_decode, framed, tmp[: sum(sizes)])
+        got = call("bitshuffle's lz4", IMAGECODECS.lz4h5_decode, framed, tmp[: sum(sizes)])
         if got.nbytes != sum(sizes):
             raise ChunkDecodeError(f"bitshuffle's blocks decode to {got.nbytes} bytes")
         return end
-    name, decompress = ("lz4", _lz4_decode) if lz4 else ("zstd", _zstd_decode)
+    name, decompress = ("lz4", IMAGECODECS.lz4_decode) if lz4 else ("zstd", IMAGECODECS.zstd_decode)
     done = 0
     for (start, size), nbytes in zip(frame, sizes, strict=True):
         block = src[start : start + size]
@@ -162,7 +165,7 @@ def _blosc(step: Step, src: Buffer, dest: Buffer) -> Buffer:
         raise ChunkDecodeError(f"blosc chunk says {cbytes} bytes, holds {src.nbytes}")
     if nbytes != dest.nbytes:
         raise ChunkDecodeError(f"blosc chunk holds {nbytes} bytes, expected {dest.nbytes}")
-    return call("blosc", _blosc_decode, src, dest, numthreads=1)
+    return call("blosc", IMAGECODECS.blosc_decode, src, dest, numthreads=1)
 
 
 def _blosc2(step: Step, src: Buffer, dest: Buffer) -> Buffer:
@@ -192,12 +195,19 @@ def _blosc2(step: Step, src: Buffer, dest: Buffer) -> Buffer:
 
 
 def _zstd(step: Step, src: Buffer, dest: Buffer) -> Buffer:
-    return call("zstd", _zstd_decode, src, dest)
+    return call("zstd", IMAGECODECS.zstd_decode, src, dest)
 
 
 def _bitshuffle_available(step: Step) -> bool:
-    compressor = {_BSHUF_NONE: True, _BSHUF_LZ4: _lz4_decode, _BSHUF_ZSTD: _zstd_decode}
-    return _bitshuffle_decode is not None and compressor.get(_bshuf_compression(step)) is not None
+    compressor = {
+        _BSHUF_NONE: True,
+        _BSHUF_LZ4: IMAGECODECS.lz4_decode,
+        _BSHUF_ZSTD: IMAGECODECS.zstd_decode,
+    }
+    return (
+        IMAGECODECS.bitshuffle_decode is not None
+        and compressor.get(_bshuf_compression(step)) is not None
+    )
 
 
 def _blosc2_available(step: Step) -> bool:
@@ -214,10 +224,10 @@ class Plugin(NamedTuple):
 #: Filter id -> how to undo it, for the plugin filters (one line per codec; its id and name
 #: in ``filter_ids.py``).
 PLUGINS: dict[int, Plugin] = {
-    ZSTD: Plugin(_zstd, lambda step: _zstd_decode is not None),
-    LZ4: Plugin(_lz4, lambda step: _lz4h5_decode is not None),
+    ZSTD: Plugin(_zstd, lambda step: IMAGECODECS.zstd_decode is not None),
+    LZ4: Plugin(_lz4, lambda step: IMAGECODECS.lz4h5_decode is not None),
     BITSHUFFLE: Plugin(_bitshuffle, _bitshuffle_available),
-    BLOSC: Plugin(_blosc, lambda step: _blosc_decode is not None),
+    BLOSC: Plugin(_blosc, lambda step: IMAGECODECS.blosc_decode is not None),
     BLOSC2: Plugin(_blosc2, _blosc2_available),
 }
 

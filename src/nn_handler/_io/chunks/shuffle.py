@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .libraries import IMAGECODECS
+
 __all__ = [
     "FRAME",
     "blosc_unshuffles",
@@ -40,17 +42,6 @@ _MAX_TYPESIZE = 255  # the header's typesize is one byte
 _MAX_BYTES = (2**31 - 1 - 255 * 4) // 3  # c-blosc's BLOSC_MAX_BLOCKSIZE
 _HEADER = struct.Struct("<BBBBiiiii")  # version, versionlz, flags, typesize, nbytes,
 #                                        blocksize, cbytes, bstarts[0], csize of the stream
-
-
-def _library() -> Any:
-    try:
-        import imagecodecs
-    except ImportError:
-        return None
-    return getattr(imagecodecs, "blosc_decode", None)
-
-
-_blosc_decode = _library()
 
 
 def unshuffle_planes(src: np.ndarray[Any, Any], dest: np.ndarray[Any, Any], itemsize: int) -> None:
@@ -124,8 +115,11 @@ def _write_header(framed: np.ndarray[Any, Any], nbytes: int, itemsize: int) -> N
 
 
 def _blosc(framed: np.ndarray[Any, Any], dest: np.ndarray[Any, Any]) -> bool:
+    decode = IMAGECODECS.blosc_decode
+    if decode is None:  # blosc_unshuffles said no: only a test that took it away gets here
+        return False
     try:
-        got = _blosc_decode(framed, numthreads=1, out=dest)
+        got = decode(framed, numthreads=1, out=dest)
     except (RuntimeError, ValueError):  # imagecodecs.BloscError: the NumPy copy then runs
         return False
     return len(got) == dest.size
@@ -137,7 +131,7 @@ def blosc_unshuffles() -> bool:
 
     Checked once per process, on 64 elements of 4 bytes and 65 of 3 bytes, against NumPy.
     """
-    if _blosc_decode is None:
+    if IMAGECODECS.blosc_decode is None:
         return False
     for count, itemsize in ((64, 4), (65, 3)):
         values = np.arange(count * itemsize, dtype=np.uint64).astype(np.uint8) * np.uint8(7)

@@ -23,6 +23,7 @@ import h5py
 from ..._validate import (
     format_names,
 )
+from .. import notice_board
 from ..errors import (
     CorruptFileError,
     FileChangedError,
@@ -98,6 +99,8 @@ class H5Source:
         self._open_file: PerProcess[_OpenFile] = PerProcess()
         #: a SWMR writer held the file when it was first opened: it may grow while we read
         self.may_grow = False
+        # this job's notice board: workers that unpickle the source share it (one line a job)
+        self._board = notice_board.handle()
 
     @property
     def is_path(self) -> bool:

@@ -9,17 +9,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..._io.file.source import H5Source
 from ..._io.rows.fields import Reader, open_reader
 from .._tensors.tensors import check_tensor_dtype
 from . import memory as _memory
 from .preload import preload_rows
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = [
     "PROGRESS_BYTES",
@@ -112,6 +114,8 @@ def fill_caches(
 
 def progress_bar(nbytes: int, desc: str, show: bool) -> tqdm[Any]:
     """A byte progress bar, drawn only when ``show`` and ``nbytes`` is large, on a terminal."""
+    from tqdm.auto import tqdm  # (on first use: a worker that unpickles the dataset never draws)
+
     return tqdm(
         total=nbytes,
         desc=desc,
