@@ -22,6 +22,7 @@ __all__ = [
     "needs_fork",
     "needs_fork_default",
     "needs_forkserver",
+    "needs_memfd",
     "needs_named_regions",
     "needs_node_cache",
     "needs_ofd",
@@ -33,6 +34,9 @@ __all__ = [
 ROOT = platform.OWNERS and os.geteuid() == 0
 
 needs_fork = pytest.mark.skipif(not platform.FORK, reason="needs fork (not on Windows)")
+needs_memfd = pytest.mark.skipif(
+    not platform.MEMFD, reason="needs memory files (Linux): notices are per process elsewhere"
+)
 needs_at_fork = pytest.mark.skipif(
     not platform.AT_FORK, reason="needs os.register_at_fork (not on Windows)"
 )

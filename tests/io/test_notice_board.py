@@ -14,9 +14,9 @@ import pytest
 
 from nn_handler._io import notice_board, notices
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "memfd_create"), reason="no memory files here: notices are per process"
-)
+from helpers.platform_marks import needs_fork, needs_memfd
+
+pytestmark = [needs_memfd, needs_fork]  # (the board's workers here are forked ones)
 TIMEOUT = 60
 
 

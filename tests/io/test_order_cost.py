@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from nn_handler._io.chunks import decoded as decoded_module
-from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset, batched_loader
+from nn_handler.dataloaders import (
+    ChunkShuffleSampler,
+    H5LazyDataset,
+    batched_loader,
+    set_decode_threads,
+)
 
 from helpers.files import h5_rows
 
@@ -63,11 +68,14 @@ def test_a_chunk_order_is_not_said(gzip_file: Path, caplog: pytest.LogCaptureFix
     assert said(caplog) == []
 
 
-@pytest.mark.usefixtures("small_budget")
+@pytest.mark.usefixtures("small_budget")  # (else it is decoded whole: no window to judge)
 def test_a_wide_chunk_window_is_not_taken_for_a_random_order(
     make_h5: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # each batch draws its rows from ~49 chunks of the window: many chunks, few decodes
+    # each batch draws its rows from ~49 chunks of the window: many chunks, few decodes (the
+    # decode threads fill the next window ahead: as many as the machine has, whatever an earlier
+    # test set)
+    set_decode_threads(None)
     data = np.random.default_rng(1).standard_normal((1000, 3, 32, 32)).astype(np.float32)
     path = make_h5({"x": (data, "gzip-shuffle"), "y": np.arange(1000)})
     caplog.set_level(logging.WARNING)

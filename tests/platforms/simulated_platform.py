@@ -47,7 +47,7 @@ PROFILES = {
         os_names=(
             "fork", "forkpty", "register_at_fork", "pread", "preadv", "posix_fadvise",
             "posix_fallocate", "statvfs", "fstatvfs", "O_TMPFILE", "O_NOFOLLOW", "geteuid",
-            "sched_getaffinity", "major", "minor",
+            "sched_getaffinity", "major", "minor", "memfd_create", "MFD_CLOEXEC",
         ),
         mmap_names=(
             "MAP_SHARED", "MAP_PRIVATE", "MAP_ANONYMOUS", "MAP_POPULATE", "PROT_READ",
@@ -57,7 +57,10 @@ PROFILES = {
         dir_fd=False,
     ),
     "macos": Profile(
-        os_names=("posix_fadvise", "posix_fallocate", "O_TMPFILE", "sched_getaffinity"),
+        os_names=(
+            "posix_fadvise", "posix_fallocate", "O_TMPFILE", "sched_getaffinity", "memfd_create",
+            "MFD_CLOEXEC",
+        ),
         mmap_names=("MAP_POPULATE",),
         fcntl_names=("F_OFD_SETLK", "F_OFD_SETLKW", "F_OFD_GETLK", "F_GETPIPE_SZ", "F_SETPIPE_SZ"),
     ),

@@ -27,6 +27,7 @@ from multiprocessing import context, reduction
 from typing import Any
 
 from .notices import say_once
+from .platform import MEMFD, off
 from .process import process_stamp
 from .storage.byte_source import read_at
 
@@ -50,11 +51,11 @@ class _Board:
     @classmethod
     def make(cls) -> _Board | None:
         """A new, empty board; None where the platform has no memory files."""
-        make_fd = getattr(os, "memfd_create", None)
-        if make_fd is None or fcntl is None:
+        if not MEMFD or fcntl is None:
+            off("memory files (memfd_create)", "a notice for the job is said once per process")
             return None
         try:
-            fd = make_fd("nn_handler-notices", getattr(os, "MFD_CLOEXEC", 0))
+            fd = os.memfd_create("nn_handler-notices", getattr(os, "MFD_CLOEXEC", 0))
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
         except OSError:
             return None

@@ -32,6 +32,7 @@ __all__ = [
     "FLOCK",
     "FORK",
     "MADVISE",
+    "MEMFD",
     "MMAP_FLAGS",
     "OFD",
     "OWNERS",
@@ -74,6 +75,8 @@ OFD = _fcntl is not None and hasattr(_fcntl, "F_OFD_SETLK")
 PIPE_ROOM = _fcntl is not None and hasattr(_fcntl, "F_GETPIPE_SZ") and _termios is not None
 #: what ``os.open`` needs for bytes as they are (Windows opens files as text unless told)
 BINARY = getattr(os, "O_BINARY", 0)
+#: files in memory only, with no name anywhere (``memfd_create``; Linux), appended to atomically
+MEMFD = hasattr(os, "memfd_create") and _fcntl is not None and hasattr(_fcntl, "F_SETFL")
 #: files made nameless, linked to a name once whole (``O_TMPFILE``)
 TMPFILE = hasattr(os, "O_TMPFILE")
 #: files checked for their owner, opened inside a folder's descriptor without following links
