@@ -92,7 +92,10 @@ class PartFile:
         self._file.close()
         self._file = None
         done = self.path.with_suffix(DONE_SUFFIX)
-        os.replace(self.path, done)
+        try:
+            os.replace(self.path, done)
+        except FileNotFoundError:  # the file was made (and its folder removed) meanwhile
+            return
         self.path = done
 
 

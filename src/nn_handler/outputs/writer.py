@@ -125,13 +125,13 @@ class H5OutputWriter:
         """
         samples = _check_indices(indices, self.n_rows)
         named = flatten_outputs(outputs, self.key)
-        layout = self._settle(named)
         for name, rows in named:
-            if rows.shape[0] != samples.size:
+            if rows.ndim == 0 or rows.shape[0] != samples.size:
                 raise ValueError(
-                    f"output {name!r} has {rows.shape[0]} rows for {samples.size} indices; "
-                    "write one row per index"
+                    f"output {name!r} has {rows.shape[0] if rows.ndim else 'no'} rows for "
+                    f"{samples.size} indices; write one row per index"
                 )
+        layout = self._settle(named)
         local = self._process_part(layout)
         for output, (_, rows) in enumerate(named):
             for filled in local.buffers.add(output, samples, rows):
