@@ -98,7 +98,7 @@ def test_several_outputs_write_one_dataset_each(tmp_path, data, as_dict):
 
 def test_bad_arguments_are_named(tmp_path, data):
     handler, dataset = _handler(), H5LazyDataset(data, "x")
-    with pytest.raises(TypeError, match="unknown or reserved DataLoader keyword.s. 'shuffle'"):
+    with pytest.raises(TypeError, match=r"unknown or reserved DataLoader keyword\(s\) 'shuffle'"):
         handler.predict(dataset, tmp_path / "p.h5", shuffle=True)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         handler.predict(dataset, tmp_path / "p.h5", batch_size=0)
