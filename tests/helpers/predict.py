@@ -109,3 +109,18 @@ class WritingDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> int:
         self.writer.write([i], self.rows[i : i + 1])
         return i
+
+
+class Doubler(torch.utils.data.Dataset):
+    """``n`` rows of 6 float32 values (sample ``i``'s first value is ``i``)."""
+
+    def __init__(self, n: int = ROWS) -> None:
+        values = np.random.default_rng(3).normal(size=(n, 6)).astype(np.float32)
+        values[:, 0] = np.arange(n)
+        self.values = torch.from_numpy(values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.values[i]
