@@ -74,7 +74,7 @@ def test_one_device_writes_the_rows_in_dataset_order(tmp_path):
 def test_two_ddp_devices_write_the_one_device_file(tmp_path):
     alone, path = tmp_path / "alone.h5", tmp_path / "preds.h5"
     _trainer(tmp_path, alone, devices=1).predict(TwoOutputs(), return_predictions=False)
-    # DistributedSampler deals rows out one by one and pads 1001 rows to 1002 with a repeat
+    # Lightning deals rows out one by one (strided: no chunk is whole on one rank), no repeats
     trainer = _trainer(tmp_path, path, devices=2, strategy="ddp_spawn")
     trainer.predict(TwoOutputs(), return_predictions=False)
     _check_rows(path)
