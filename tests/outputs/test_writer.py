@@ -197,3 +197,29 @@ def test_dataloader_workers_each_write_their_part(tmp_path):
     assert len(list((tmp_path / "p.h5.parts").glob("part-*.done"))) == 2  # one per worker
     writer.finish()
     assert _digest(path) == _digest(_write(tmp_path / "b.h5", rows, _contiguous(N)))
+
+
+def test_other_chunk_rows_are_refused(tmp_path):
+    path = tmp_path / "p.h5"
+    writer = H5OutputWriter(path, N, chunk_rows=CHUNK)
+    writer.write([0], np.zeros((1, 3), np.float32))
+    writer.close()
+    with pytest.raises(ValueError, match="holds parts of 64-row chunks, this writer asks for"):
+        H5OutputWriter(path, N, chunk_rows=32).stored()
+
+
+def test_a_damaged_part_is_set_aside_and_named(tmp_path):
+    rows, path = _rows(), tmp_path / "p.h5"
+    writer = H5OutputWriter(path, N, chunk_rows=CHUNK)
+    writer.write(np.arange(N), rows)
+    writer.close()
+    (part,) = (tmp_path / "p.h5.parts").glob("part-*.done")
+    with open(part, "r+b") as file:  # a bit flips inside the first record's payload
+        file.seek(100)
+        byte = file.read(1)
+        file.seek(100)
+        file.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(OSError, match=r"is damaged at offset 40 \(its checksum does not match"):
+        H5OutputWriter(path, N, chunk_rows=CHUNK).finish()
+    assert not path.exists() and part.with_suffix(".bad").exists()
+    assert not H5OutputWriter(path, N, chunk_rows=CHUNK).stored().any()  # a rerun starts over

@@ -169,3 +169,17 @@ def test_a_killed_run_is_resumed_computing_only_the_missing_rows(tmp_path, data)
     assert not (tmp_path / "p.h5.parts").exists()
     whole = _handler().predict(H5LazyDataset(data, "x"), tmp_path / "whole.h5", batch_size=48)
     assert _digest(out) == _digest(whole)  # the same bytes as a run never killed
+
+
+@pytest.mark.slow
+def test_dataloader_workers_feed_predict(tmp_path, data):
+    alone = _handler().predict(H5LazyDataset(data, "x"), tmp_path / "a.h5", batch_size=48)
+    fed = _handler().predict(
+        H5LazyDataset(data, "x"),
+        tmp_path / "b.h5",
+        batch_size=48,
+        num_workers=2,
+        multiprocessing_context="spawn",
+        timeout=120,
+    )
+    assert _digest(alone) == _digest(fed)

@@ -32,7 +32,14 @@ from .device import Precision
 _OWNED = ("batch_size", "batch_sampler", "sampler", "shuffle", "drop_last", "num_workers")
 # DataLoader keywords that need worker processes (left out of the probe's loader, which has none)
 _WORKER_ONLY = frozenset(
-    {"num_workers", "prefetch_factor", "persistent_workers", "worker_init_fn", "timeout"}
+    {
+        "multiprocessing_context",
+        "num_workers",
+        "persistent_workers",
+        "prefetch_factor",
+        "timeout",
+        "worker_init_fn",
+    }
 )
 _LOADER_KEYWORDS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {
     "self",
@@ -59,10 +66,7 @@ class Predictor:
         writer = H5OutputWriter(out, n_rows, key=key, attrs=_attrs(self.module, dataset))
         layout = writer.layout  # from the parts of a run that was killed, if any
         if layout is None:
-            probe = self._outputs(
-                next(iter(_loader(dataset, [[0]], {**options, "num_workers": 0})))
-            )
-            layout = writer.declare(probe)
+            layout = writer.declare(self._probe(dataset, options))
         block = block_rows(layout.chunk_rows, batch_size)
         span = rank_span(n_rows, block, self.world.rank, self.world.world_size)
         batches = list(rank_batches(span, block, batch_size, writer.stored()))

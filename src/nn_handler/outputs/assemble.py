@@ -26,7 +26,7 @@ import numpy as np
 from .._validate import usable_cores
 from .codec import GZIP_LEVEL, decode_chunk, encode_chunk
 from .layout import OutputLayout, OutputSpec
-from .parts import Record, read_payload
+from .parts import Record, check_payload, read_payload
 from .sources import ChunkPlan, plan_chunks
 
 __all__ = ["assemble"]
@@ -147,7 +147,7 @@ def _merge(
 
 
 class _Parts:
-    """The part files, each opened once, read by the assembly's threads under one lock each."""
+    """The part files, each opened once; the assembly's threads read them at once (``pread``)."""
 
     def __init__(self) -> None:
         self._files: dict[Path, BinaryIO] = {}
@@ -158,11 +158,18 @@ class _Parts:
             file = self._files.get(record.part)
             if file is None:
                 file = self._files[record.part] = open(record.part, "rb")  # noqa: SIM115
-            try:
-                return read_payload(file, record)
-            except OSError as exc:
-                exc.part = record.part  # type: ignore[attr-defined]
-                raise
+            if not hasattr(os, "pread"):  # (Windows) seek and read under the lock
+                return self._checked(record, read_payload(file, record))
+        data = os.pread(file.fileno(), record.length, record.offset)
+        return self._checked(record, data)
+
+    @staticmethod
+    def _checked(record: Record, data: bytes) -> bytes:
+        try:
+            return check_payload(record, data)
+        except OSError as exc:
+            exc.part = record.part  # type: ignore[attr-defined]
+            raise
 
     def close(self) -> None:
         for file in self._files.values():

@@ -23,7 +23,15 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["CHUNK", "ROWS", "PartFile", "Record", "read_payload", "scan_folder"]
+__all__ = [
+    "CHUNK",
+    "ROWS",
+    "PartFile",
+    "Record",
+    "check_payload",
+    "read_payload",
+    "scan_folder",
+]
 
 CHUNK, ROWS = 1, 2
 _MAGIC = b"NNHR"
@@ -158,13 +166,17 @@ def _read_record(file: BinaryIO, part: Path, offset: int, size: int, verify: boo
 
 
 def read_payload(file: BinaryIO, record: Record) -> bytes:
-    """The payload of ``record`` from its open part, checked against its CRC-32.
+    """The payload of ``record`` read from its open part (``check_payload`` checks it)."""
+    file.seek(record.offset)
+    return file.read(record.length)
+
+
+def check_payload(record: Record, data: bytes) -> bytes:
+    """``data`` when it is ``record``'s payload whole, as its CRC-32 says.
 
     Raises:
         OSError: the payload's bytes changed after they were written (a damaged part).
     """
-    file.seek(record.offset)
-    data = file.read(record.length)
     if len(data) != record.length or zlib.crc32(data) != record.crc:
         raise OSError(
             f"part {str(record.part)!r} is damaged at offset {record.offset} (its checksum "

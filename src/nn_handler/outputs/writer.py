@@ -214,7 +214,14 @@ class H5OutputWriter:
         if found is None:
             return None
         check_same(self.folder, found, self._manifest(None))
-        return OutputLayout.from_json(found["layout"])
+        layout = OutputLayout.from_json(found["layout"])
+        if self.chunk_rows is not None and min(self.chunk_rows, self.n_rows) != layout.chunk_rows:
+            raise ValueError(
+                f"the work folder {str(self.folder)!r} holds parts of {layout.chunk_rows}-row "
+                f"chunks, this writer asks for chunk_rows={self.chunk_rows}; they are never "
+                "mixed: pass the same chunk_rows, remove the folder, or write to another path"
+            )
+        return layout
 
     def _settle(self, named: list[tuple[str, np.ndarray]]) -> OutputLayout:
         specs = specs_of(named)
