@@ -223,3 +223,11 @@ def test_a_damaged_part_is_set_aside_and_named(tmp_path):
         H5OutputWriter(path, N, chunk_rows=CHUNK).finish()
     assert not path.exists() and part.with_suffix(".bad").exists()
     assert not H5OutputWriter(path, N, chunk_rows=CHUNK).stored().any()  # a rerun starts over
+
+
+def test_outputs_that_are_not_numbers_are_refused(tmp_path):
+    writer = H5OutputWriter(tmp_path / "p.h5", 2)
+    with pytest.raises(TypeError, match="output 'predictions' has dtype <U1; outputs must be"):
+        writer.write([0, 1], np.array(["a", "b"]))
+    with pytest.raises(TypeError, match="output names must be non-empty strings without '/'"):
+        writer.write([0, 1], {"a/b": np.zeros(2)})

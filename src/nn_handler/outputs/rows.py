@@ -54,6 +54,11 @@ def _array(value: Any, name: str) -> np.ndarray:
             value = value.float()
         return np.asarray(value.cpu().numpy())
     if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biufc":
+            raise TypeError(
+                f"output {name!r} has dtype {value.dtype}; outputs must be numbers or booleans "
+                "(HDF5 stores them chunked and compressed)"
+            )
         return value
     raise TypeError(
         f"output {name!r} is a {type(value).__name__}; outputs must be tensors or NumPy arrays "

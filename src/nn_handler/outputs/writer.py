@@ -300,6 +300,7 @@ class _ProcessPart:
         for filled in self.buffers.drain():
             self.store(filled)
         self.part.seal()
+        self._finalizer.cancel()  # (the registry would keep this object to the process's end)
 
 
 def _barrier() -> None:
