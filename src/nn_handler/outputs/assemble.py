@@ -49,7 +49,8 @@ def assemble(
     with _Parts() as parts:
         try:
             _write(temporary, layout, attrs, plans, parts)
-        except OSError as exc:
+        except BaseException as exc:
+            temporary.unlink(missing_ok=True)  # a file begun is never used again
             bad = getattr(exc, "part", None)
             if bad is not None:
                 parts.close()
