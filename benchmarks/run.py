@@ -30,6 +30,10 @@ another, and the first batch with 2 spawn workers (``bench_import.py``).
 and 16 processes on one node and 4 × 4 on four (one cache dir each; also with a gloo group) against
 one object at once, then 64 against a store that throttles, without and with a group
 (``bench_storm.py``): requests by kind, bytes, time to the first batch.
+
+``python benchmarks/run.py --predict [--gb 1] [--rounds 3] [--ranks 2]`` times
+``NNHandler.predict``'s write rate on 2 gloo ranks against h5py writing the same rows alone
+(``bench_predict.py``; target: >= 0.8 of it).
 """
 
 import sys
@@ -60,6 +64,10 @@ if __name__ == "__main__":
         from bench_wait import main as wait
 
         sys.exit(wait([a for a in sys.argv[1:] if a != "--wait"]))
+    if "--predict" in sys.argv[1:]:
+        from bench_predict import main as predict
+
+        sys.exit(predict([a for a in sys.argv[1:] if a != "--predict"]))
     if {"--feed", "--gpu"} & set(sys.argv[1:]):
         from bench_feed import main as feed
 

@@ -93,11 +93,21 @@ def _check_ddp(ranks: list[dict[str, Any]], folder: Path) -> None:
     assert [steps for _, _, steps in per_rank[0]] == [4, 4]  # 256 samples / 2 ranks / 32
 
 
+def _check_predict_ddp(ranks: list[dict[str, Any]], folder: Path) -> None:
+    import h5py
+
+    assert [rank["values"]["path"].name for rank in ranks] == ["preds.h5", "preds.h5"]
+    with h5py.File(folder / "preds.h5", "r") as f:  # one file, every sample's 10 scores
+        assert f["predictions"].shape == (256, 10)
+    assert not (folder / "preds.h5.parts").exists()
+
+
 CHECKS: dict[str, Callable[..., None]] = {
     "handler-one-device": _check_one_device,
     "handler-ddp": _check_ddp,
+    "predict-ddp": _check_predict_ddp,
 }
-KEEP = ("history",)  # names a DDP block's ranks send back for its check
+KEEP = ("history", "path")  # names a DDP block's ranks send back for its check
 
 
 @pytest.fixture(scope="module")

@@ -44,13 +44,13 @@ def _command(how: str, script: Path) -> list[str]:
 
 def test_every_python_snippet_says_how_it_runs():
     snippets = _snippets()
-    assert len(snippets) == 6
+    assert len(snippets) == 8
     assert all(how for how, _ in snippets), "a python block without a <!-- run: ... --> marker"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(8))
 def test_snippet_runs(tmp_path, index):
     how, code = _snippets()[index]
     for module, package in NEEDS.items():

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.damage import run_python
 
-PACKAGES = ["nn_handler", "nn_handler.dataloaders", "nn_handler.rewrite"]
+PACKAGES = ["nn_handler", "nn_handler.dataloaders", "nn_handler.outputs", "nn_handler.rewrite"]
 MODULES = [
     "nn_handler.dataloaders.chunk_sampler",
     "nn_handler.dataloaders.combined_h5_dataset",

@@ -1,6 +1,9 @@
 """The layer rules of the package, checked on its import graph (docs/design.md draws them).
 
-* Only ``_io`` talks to h5py (the tools that write or inspect files aside).
+* Only ``_io`` talks to h5py (the tools that write or inspect files aside, and the assembly
+  of output files, ``outputs.assemble``).
+* ``outputs`` (model outputs into HDF5: parts, the assembly, the writer) stands on
+  ``_validate`` alone: it reads no data files, so it needs nothing of ``_io`` or the loaders.
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
   no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_tensors``); of the
   package's root modules, only the leaves ``_validate`` and ``_host``.
@@ -54,6 +57,9 @@ TOOLS = (
     "nn_handler.bench",
     "nn_handler.rewrite",
 )
+#: the one module that makes output files (predictions), and so may use h5py itself
+WRITERS = ("nn_handler.outputs.assemble",)
+OUTPUTS = "nn_handler.outputs"
 SAMPLERS = (
     "nn_handler.dataloaders.samplers",
     "nn_handler.dataloaders.chunk_sampler",
@@ -119,9 +125,19 @@ def test_only_io_imports_h5py():
     offenders = sorted(
         m
         for m, imports in GRAPH.items()
-        if any(_within(i, "h5py") for i in imports) and not _within(m, IO, *TOOLS)
+        if any(_within(i, "h5py") for i in imports) and not _within(m, IO, *TOOLS, *WRITERS)
     )
     assert offenders == []
+
+
+def test_outputs_stand_on_validate_only():
+    offenders = {
+        m: sorted(i for i in _own(imports) if not _within(i, OUTPUTS, "nn_handler._validate"))
+        for m, imports in GRAPH.items()
+        if _within(m, OUTPUTS)
+    }
+    assert {m: bad for m, bad in offenders.items() if bad} == {}
+    assert f"{OUTPUTS}.writer" in offenders
 
 
 def test_io_is_the_bottom_layer():

@@ -11,3 +11,4 @@ from . import in_ram_limit
 from . import decoder_limit
 from . import process_limit
 from . import annbatch
+from . import write_limit

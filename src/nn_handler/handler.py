@@ -35,6 +35,7 @@ from ._training.device import resolve_precision
 from ._training.fit import Fit, Record, RunState, evaluate
 from ._training.handler_loaders import build_loader, check_loader_sharding, warn_if_not_sharded
 from ._training.persist import load_run, save_run
+from ._training.predict import Predictor, check_predict_args
 from ._training.slots import Slots
 from ._training.step import LossFn, Metric, Trainer
 from ._validate import check_callable, check_count, check_seed
@@ -285,6 +286,59 @@ class NNHandler:
         if self.val_loader is None:
             raise RuntimeError("no validation data: call set_val_loader(dataset, ...) first")
         return evaluate(trainer, self.val_loader, self._show_progress)
+
+    def predict(
+        self,
+        dataset: Any,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        key: str = "predictions",
+        batch_size: int = 256,
+        num_workers: int = 0,
+        **loader_kwargs: Any,
+    ) -> Any:
+        """The model's output for every sample of ``dataset``, into an HDF5 file or a tensor.
+
+        Runs the model (not the DDP wrapper) in eval mode under ``torch.inference_mode`` (and
+        the handler's mixed precision) on each batch's inputs, split from the batch as training
+        does (``input_key`` / ``batch_fn``; a batch without targets is all inputs).
+
+        With ``out``, writes one HDF5 file (``nn_handler.outputs.H5OutputWriter``): dataset
+        ``key`` of shape ``(len(dataset), *one output's shape)`` and the output's dtype, row
+        ``i`` the output of sample ``i`` (a tuple or dict of outputs: datasets ``key/0``,
+        ``key/1``, ... or ``key/<name>``); chunks of about 1 MiB, gzip level 1 with shuffle;
+        attributes naming the model's class and the dataset's files and keys. Under DDP every
+        rank calls it on the same dataset and computes a contiguous, chunk-aligned share; every
+        rank returns once the whole file is in place, with the same bytes as on one process.
+        ``out`` appears only complete. A run killed half way leaves its rows in ``out +
+        ".parts"``: the same call again computes only the missing ones (parts of another
+        dataset length, model, key or shape are refused).
+
+        Args:
+            dataset: A map-style dataset of every sample (not a rank's shard).
+            out: The HDF5 file to write; None returns the outputs (one process only).
+            key: The dataset's name in the file.
+            batch_size: Samples per model call (batches never straddle two ranks' shares).
+            num_workers: DataLoader worker processes.
+            **loader_kwargs: Other DataLoader keywords (``pin_memory``, ``collate_fn``, ...);
+                predict sets the order and batches itself.
+
+        Returns:
+            The path of the file; or, with ``out=None``, the outputs stacked: a tensor, or a
+            tuple / dict of tensors.
+
+        Raises:
+            ValueError: ``out=None`` under DDP; an empty or rank-sharded dataset; parts in
+                ``out + ".parts"`` of another output.
+            TypeError: an argument of the wrong type, or an unknown DataLoader keyword.
+        """
+        if self._closed:
+            raise RuntimeError("this NNHandler was closed: create a new one to predict")
+        options = check_predict_args(self.world, out, key, batch_size, num_workers, loader_kwargs)
+        predictor = Predictor(self._module, self._splitter, self.device, self.precision, self.world)
+        if out is None:
+            return predictor.to_tensors(dataset, batch_size, options)
+        return predictor.to_file(dataset, out, key, batch_size, options)
 
     def _trainer(self, *, training: bool) -> Trainer:
         if self._closed:

@@ -78,3 +78,16 @@ def test_count_samples():
     assert count_samples(torch.zeros(4), torch.tensor(1.0)) == 1
     with pytest.raises(TypeError, match="cannot count the samples of a batch without tensors"):
         count_samples([1, 2], "y")
+
+
+def test_inputs_for_prediction_need_no_targets():
+    x, y = torch.zeros(3, 2), torch.ones(3)
+    assert BatchSplitter().inputs((x, y)) is x
+    assert BatchSplitter().inputs(x) is x  # a dataset without targets
+    assert BatchSplitter(input_key="a").inputs({"a": x}) is x
+    assert BatchSplitter(input_key="a", target_key="b").inputs({"a": x, "b": y}) is x
+    assert BatchSplitter(batch_fn=lambda b: (b["a"], None)).inputs({"a": x}) is x
+    with pytest.raises(KeyError, match="input_key='z' is not in the batch"):
+        BatchSplitter(input_key="z").inputs({"a": x})
+    with pytest.raises(ValueError, match="a batch of 3 items is ambiguous"):
+        BatchSplitter().inputs((x, y, y))

@@ -58,6 +58,25 @@ class BatchSplitter:
             "batch_fn=lambda x: (x, x) for an autoencoder"
         )
 
+    def inputs(self, batch: Any) -> Any:
+        """The model's inputs of ``batch`` (for prediction: targets may be absent).
+
+        As ``__call__``, but a batch without targets (a tensor, or a dict without
+        ``target_key``) is all inputs.
+        """
+        if self.batch_fn is not None:
+            return _check_pair(self.batch_fn(batch))[0]
+        if isinstance(batch, Mapping) and self.input_key is not None and self.target_key is None:
+            if self.input_key not in batch:
+                raise KeyError(
+                    f"input_key={self.input_key!r} is not in the batch; its keys are "
+                    f"{format_names(map(str, batch))}"
+                )
+            return batch[self.input_key]
+        if isinstance(batch, torch.Tensor):
+            return batch
+        return self(batch)[0]
+
     def _from_mapping(self, batch: Mapping[str, Any]) -> tuple[Any, Any]:
         if self.input_key is None or self.target_key is None:
             raise ValueError(

@@ -1,4 +1,6 @@
-"""DataWaitMonitor: Lightning logs how much of each epoch the step waited for its batches.
+"""Lightning callbacks: ``DataWaitMonitor`` (the wait for batches), ``H5PredictionWriter``.
+
+``DataWaitMonitor`` logs how much of each epoch the step waited for its batches.
 
 A batch's wait runs from the end of the previous batch (or the epoch's start) to the start of
 this one (``on_train_batch_start``): Lightning fetches the batch then (its fetcher also reads one
@@ -10,14 +12,18 @@ queued by a step and waited for later counts where the host waits for it.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import BasePredictionWriter
 
 from ..dataloaders import wait_advice
+from ..outputs import H5OutputWriter
 
-__all__ = ["DataWaitMonitor"]
+__all__ = ["DataWaitMonitor", "H5PredictionWriter"]
 
 _log = logging.getLogger("nn_handler.integrations")
 
@@ -146,3 +152,80 @@ class _EpochWait:
         skip = (self.first or 0.0) if after_first else 0.0
         elapsed = self.ended - self.began - skip
         return (self.wait - skip) / elapsed if elapsed > 0 else 0.0
+
+
+class H5PredictionWriter(BasePredictionWriter):
+    """Write ``trainer.predict``'s outputs into one HDF5 file, in dataset order.
+
+    Each batch's predictions go to an ``H5OutputWriter`` (``nn_handler.outputs``) under the
+    sample indices Lightning reports (``batch_indices``), on every rank; when prediction ends,
+    the ranks make one file together: row ``i`` is sample ``i``'s output, each sample once
+    (``DistributedSampler``'s padding repeats are checked and dropped), with the same bytes
+    on any number of devices. ``path`` appears only complete; a run that fails keeps its rows
+    in ``path + ".parts"``. Predictions that are a tuple or dict of tensors make one dataset
+    each (``key/0``, ... or ``key/<name>``). Use ``return_predictions=False`` so Lightning does
+    not also keep every output in memory.
+
+    Args:
+        path: The HDF5 file to make.
+        key: The dataset's name in the file.
+        attrs: Attributes of the file (default: the LightningModule's class name).
+
+    Raises:
+        ValueError: prediction runs over several dataloaders, or rows are missing at the end.
+
+    Example:
+        >>> writer = H5PredictionWriter("preds.h5")
+        >>> L.Trainer(callbacks=[writer]).predict(model, loader, return_predictions=False)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        key: str = "predictions",
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(write_interval="batch")
+        self.path, self.key, self.attrs = path, key, attrs
+        self._writer: H5OutputWriter | None = None
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Open this rank's writer over every sample of the (one) predict dataloader."""
+        loaders = trainer.predict_dataloaders
+        if isinstance(loaders, Sequence):
+            if len(loaders) != 1:
+                raise ValueError(
+                    f"H5PredictionWriter writes one dataloader's predictions; got {len(loaders)} "
+                    "dataloaders: use one H5PredictionWriter per trainer.predict call"
+                )
+            loaders = loaders[0]
+        if loaders is None:
+            raise ValueError("H5PredictionWriter found no predict dataloader on the trainer")
+        attrs = self.attrs or {"nn_handler.model": type(pl_module).__name__}
+        n_rows = len(loaders.dataset)
+        self._writer = H5OutputWriter(self.path, n_rows, key=self.key, attrs=attrs)
+
+    def write_on_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        prediction: Any,
+        batch_indices: Sequence[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        """Store one batch's predictions under its sample indices."""
+        if batch_indices is None:
+            raise ValueError(
+                "Lightning reported no batch_indices for this batch (a loader with an "
+                "iterable dataset?); H5PredictionWriter needs each sample's index"
+            )
+        assert self._writer is not None, "on_predict_start opens the writer"
+        self._writer.write(list(batch_indices), prediction)
+
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Every rank's rows into the one file (all ranks take part)."""
+        if self._writer is not None:
+            self._writer.finish()
+            self._writer = None
