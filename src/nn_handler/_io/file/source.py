@@ -219,6 +219,38 @@ class H5Source:
             check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
         return True
 
+    def refresh(self) -> bool:
+        """Look at the file again; True when its datasets may hold rows appended since.
+
+        A local file that no SWMR writer holds and whose identity is still the recorded one
+        costs one ``stat`` and returns False (URLs and file objects: False, nothing done: an
+        object's version is checked by every read). Under a SWMR writer, every dataset this
+        process looked up is refreshed (``h5py.Dataset.refresh``: its shape and chunk index
+        read again, HDF5's chunk cache dropped) and the recorded identity moves to the file as
+        it is now, so a file that later shrinks below it is caught.
+
+        Raises:
+            FileChangedError: another file is at the path now, the file shrank, or (without a
+                SWMR writer) it was rewritten since the dataset was built.
+        """
+        recorded = self.identity
+        if not self.is_path or not isinstance(recorded, FileIdentity):
+            return False
+        st = os.stat(self.path)
+        if recorded.matches(st) and not (self.may_grow or self.swmr_mode):
+            return False
+        opened = self._opened()  # a first open here checks the identity itself
+        growing = self.may_grow or bool(opened.file.swmr_mode)
+        current = FileIdentity.of_stat(st)
+        check_identity(self.path, recorded, current, growing=growing)
+        if not opened.file.swmr_mode:
+            return False  # (the file was the same: only its status or times were touched)
+        self.may_grow = True
+        for dset in list(opened.datasets.values()):
+            dset.refresh()
+        self.identity = current
+        return True
+
     def byte_source(self) -> ByteSource | None:
         """The file's bytes for our own reads of data (None for a file object: h5py reads it).
 
