@@ -65,8 +65,15 @@ class FileDataset(Dataset[T_co], ABC):
         Raises:
             FileChangedError: a file was replaced, shrank, or was rewritten.
         """
-        grew = [source.refresh() for source in self._sources()]  # every one: each checks
-        return any(grew)
+        grew = False
+        for source in self._sources():  # every one: each checks its file
+            was_open = source.is_open
+            try:
+                grew = source.refresh() or grew
+            finally:
+                if not was_open:  # hold no handle a forked worker would inherit
+                    source.close()
+        return grew
 
     def _say_not_followed(self) -> None:
         """Say once that this class keeps serving the rows it indexed when its file grows."""
