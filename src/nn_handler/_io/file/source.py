@@ -225,8 +225,8 @@ class H5Source:
         A local file that no SWMR writer holds and whose identity is still the recorded one
         costs one ``stat`` and returns False (URLs and file objects: False, nothing done: an
         object's version is checked by every read). Under a SWMR writer, every dataset this
-        process looked up is refreshed (``h5py.Dataset.refresh``: its shape and chunk index
-        read again, HDF5's chunk cache dropped) and the recorded identity moves to the file as
+        process holds is closed (the next read opens it afresh: shapes, chunk indexes and
+        HDF5's chunk cache as the file is now) and the recorded identity moves to the file as
         it is now, so a file that later shrinks below it is caught.
 
         Raises:
@@ -246,9 +246,12 @@ class H5Source:
         if not opened.file.swmr_mode:
             return False  # (the file was the same: only its status or times were touched)
         self.may_grow = True
-        for dset in list(opened.datasets.values()):
-            dset.refresh()
         self.identity = current
+        # Open afresh rather than ``h5py.Dataset.refresh()`` each dataset: raw chunks read
+        # through a refreshed dataset opened without a chunk cache came back as another
+        # chunk's bytes (seen with h5py 3.16 / HDF5 2.0). A new open reads the metadata now.
+        with self._lock.get():
+            self._forget()
         return True
 
     def byte_source(self) -> ByteSource | None:
