@@ -169,6 +169,18 @@ def test_refresh_in_the_main_process_and_in_a_persistent_worker(tmp_path):
         ds.close()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_rows_appended_before_the_writer_closed_the_file_are_followed(tmp_path):
+    with writing(tmp_path) as (path, writer):
+        ds = H5LazyDataset(path, "x", "y")
+        writer.append(25)
+    assert ds.refresh() == 125  # opened without SWMR now: the writer is gone
+    assert ds[124][1].item() == 124
+    assert ds.refresh() == 125
+    ds.close()
+
+
 class _Refreshes(Dataset):
     """One item: the dataset's length as ``refresh()`` gives it in the process that asks."""
 

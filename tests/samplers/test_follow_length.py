@@ -7,7 +7,6 @@ next epoch; a state records the epoch's length and resumes it exactly.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

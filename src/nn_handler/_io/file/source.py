@@ -224,10 +224,11 @@ class H5Source:
 
         A local file that no SWMR writer holds and whose identity is still the recorded one
         costs one ``stat`` and returns False (URLs and file objects: False, nothing done: an
-        object's version is checked by every read). Under a SWMR writer, every dataset this
-        process holds is closed (the next read opens it afresh: shapes, chunk indexes and
-        HDF5's chunk cache as the file is now) and the recorded identity moves to the file as
-        it is now, so a file that later shrinks below it is caught.
+        object's version is checked by every read). A file a SWMR writer holds (or held: it
+        may have appended before closing it) returns True: this process's handle is closed
+        (the next read opens it afresh: shapes, chunk indexes and HDF5's chunk cache as the
+        file is now) and the recorded identity moves to the file as it is now, so a file that
+        later shrinks below it is caught.
 
         Raises:
             FileChangedError: another file is at the path now, the file shrank, or (without a
@@ -243,8 +244,9 @@ class H5Source:
         growing = self.may_grow or bool(opened.file.swmr_mode)
         current = FileIdentity.of_stat(st)
         check_identity(self.path, recorded, current, growing=growing)
-        if not opened.file.swmr_mode:
+        if not growing:
             return False  # (the file was the same: only its status or times were touched)
+        # (a file whose writer has closed it since is followed too: it may have grown before)
         self.may_grow = True
         self.identity = current
         # Open afresh rather than ``h5py.Dataset.refresh()`` each dataset: raw chunks read
