@@ -322,16 +322,18 @@ class _RefreshingRandomSampler(RandomSampler):
     """torch's ``RandomSampler`` over a dataset that may grow: refreshed as each pass begins."""
 
     def __iter__(self) -> Iterator[int]:
+        # not a generator itself: the indices come straight from torch's, at no cost each
         self.data_source.refresh()  # type: ignore[attr-defined]
-        yield from super().__iter__()
+        return super().__iter__()
 
 
 class _RefreshingSequentialSampler(SequentialSampler):
     """torch's ``SequentialSampler`` over a dataset that may grow: refreshed as each pass begins."""
 
     def __iter__(self) -> Iterator[int]:
+        # not a generator itself: the indices come straight from torch's, at no cost each
         self.data_source.refresh()  # type: ignore[attr-defined]
-        yield from super().__iter__()
+        return super().__iter__()
 
 
 def _following_sampler(
