@@ -51,13 +51,15 @@ def _writer(path: str, compression: str | None, todo: mp.Queue, done: mp.Queue) 
             if isinstance(n, np.ndarray):  # rows to read back, as h5py reads them
                 done.put(x[np.sort(n)][np.argsort(np.argsort(n))])
                 continue
-            old = x.shape[0]
-            new_x, new_y = _rows(old, old + n)
-            for dset, new in ((x, new_x), (y, new_y)):
+            keys = (x, y)
+            if isinstance(n, tuple):  # ("x", n) / ("y", n): one key, as a writer mid-append
+                keys, n = ((x,) if n[0] == "x" else (y,)), n[1]
+            for dset in keys:
+                old = dset.shape[0]
                 dset.resize(old + n, axis=0)
-                dset[old:] = new
+                dset[old:] = _rows(old, old + n)[0 if dset is x else 1]
                 dset.flush()
-            done.put(old + n)
+            done.put(min(x.shape[0], y.shape[0]))
 
 
 class Writer:
@@ -179,6 +181,66 @@ def test_rows_appended_before_the_writer_closed_the_file_are_followed(tmp_path):
     assert ds[124][1].item() == 124
     assert ds.refresh() == 125
     ds.close()
+
+
+def _appender(path: str, n: int, todo: mp.Queue, done: mp.Queue) -> None:
+    """Open an existing file for SWMR writing, append ``n`` rows, hold it until told."""
+    with h5py.File(path, "a", libver="latest") as f:
+        f.swmr_mode = True
+        x, y = f["x"], f["y"]
+        old = x.shape[0]
+        new_x, new_y = _rows(old, old + n)
+        for dset, new in ((x, new_x), (y, new_y)):
+            dset.resize(old + n, axis=0)
+            dset[old:] = new
+            dset.flush()
+        done.put(old + n)
+        todo.get(timeout=WAIT_S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_path):
+    path = str(tmp_path / "decoded.h5")
+    x, y = _rows(0, 80_000)  # 1.3 MB of gzip chunks: decoded once, shared by the node
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("x", data=x, maxshape=(None, 4), chunks=(1024, 4), compression="gzip")
+        f.create_dataset("y", data=y, maxshape=(None,), chunks=(1024,))
+    ds = H5LazyDataset(path, "x", "y")
+    assert np.array_equal(ds[np.arange(80_000)][0].numpy(), x)
+    assert ds._x._rows.engine._decoded is not None  # the whole decoded copy served that
+    ds.close()
+    todo, done = CTX.Queue(), CTX.Queue()
+    writer = CTX.Process(target=_appender, args=(path, 1000, todo, done))
+    writer.start()
+    try:
+        assert done.get(timeout=WAIT_S) == 81_000
+        assert ds.refresh() == 81_000
+        got_x, got_y = ds[np.arange(79_500, 81_000)]
+        assert np.array_equal(got_y.numpy(), np.arange(79_500, 81_000))
+        assert np.array_equal(got_x.numpy(), _rows(79_500, 81_000)[0])
+        assert ds._x._rows.engine._decoded is None  # no copy of a file that grows
+    finally:
+        todo.put(None)
+        writer.join(timeout=WAIT_S)
+        ds.close()
+    assert writer.exitcode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_only_rows_every_key_holds_are_served(tmp_path):
+    with writing(tmp_path) as (path, writer):
+        ds = H5LazyDataset(path, "x", "y")
+        writer.append(("x", 30))  # x resized and written, y not yet
+        assert ds.refresh() == 100
+        writer.append(("y", 20))
+        assert ds.refresh() == 120
+        x, y = ds[[119, 0]]
+        assert y.tolist() == [119, 0] and x[0].tolist() == [476.0, 477.0, 478.0, 479.0]
+        with pytest.raises(IndexError):
+            ds[125]  # x holds it, y does not: not served
+        ds.close()
 
 
 class _Refreshes(Dataset):
