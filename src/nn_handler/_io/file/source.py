@@ -249,9 +249,10 @@ class H5Source:
         # (a file whose writer has closed it since is followed too: it may have grown before)
         self.may_grow = True
         self.identity = current
-        # Open afresh rather than ``h5py.Dataset.refresh()`` each dataset: raw chunks read
-        # through a refreshed dataset opened without a chunk cache came back as another
-        # chunk's bytes (seen with h5py 3.16 / HDF5 2.0). A new open reads the metadata now.
+        # Open afresh rather than ``h5py.Dataset.refresh()`` each dataset: with one dataset
+        # open twice (with and without a chunk cache) and both refreshed, HDF5 found no chunk
+        # but the first, and ``read_direct_chunk`` returned chunk 0's bytes for every chunk
+        # (h5py 3.16 / HDF5 2.0). A new open reads the metadata as it is now.
         with self._lock.get():
             self._forget()
         return True
