@@ -28,8 +28,14 @@ from nn_handler.dataloaders import (
     batched_loader,
 )
 
+from helpers.platform_marks import needs_fork
+
 WAIT_S = 60
-CTX = mp.get_context("fork")
+
+
+def _ctx() -> mp.context.BaseContext:
+    """Where the writer runs: a forked process (the tests that start one need fork)."""
+    return mp.get_context("fork")
 
 
 def _rows(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,12 +72,13 @@ class Writer:
     """The writer process, driven from the test."""
 
     def __init__(self, path: str, compression: str | None) -> None:
-        self.todo, self.done = CTX.Queue(), CTX.Queue()
-        self.proc = CTX.Process(target=_writer, args=(path, compression, self.todo, self.done))
+        ctx = _ctx()
+        self.todo, self.done = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=_writer, args=(path, compression, self.todo, self.done))
         self.proc.start()
         self.length = self.done.get(timeout=WAIT_S)
 
-    def append(self, n: int) -> int:
+    def append(self, n: int | tuple[str, int]) -> int:
         self.todo.put(n)
         self.length = self.done.get(timeout=WAIT_S)
         return self.length
@@ -118,6 +125,7 @@ def _epoch(loader, writer: Writer, append: int) -> tuple[np.ndarray, np.ndarray]
 CASES = [(0, "shuffle", None), (2, "shuffle", "gzip"), (0, "chunks", "gzip"), (2, "chunks", None)]
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("workers", "order", "compression"), CASES)
@@ -148,6 +156,7 @@ def test_loader_follows_the_writer_epoch_by_epoch(tmp_path, workers, order, comp
         ds.close()
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_refresh_in_the_main_process_and_in_a_persistent_worker(tmp_path):
@@ -171,6 +180,7 @@ def test_refresh_in_the_main_process_and_in_a_persistent_worker(tmp_path):
         ds.close()
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_rows_appended_before_the_writer_closed_the_file_are_followed(tmp_path):
@@ -198,6 +208,7 @@ def _appender(path: str, n: int, todo: mp.Queue, done: mp.Queue) -> None:
         todo.get(timeout=WAIT_S)
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_path):
@@ -210,8 +221,9 @@ def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_pa
     assert np.array_equal(ds[np.arange(80_000)][0].numpy(), x)
     assert ds._x._rows.engine._decoded is not None  # the whole decoded copy served that
     ds.close()
-    todo, done = CTX.Queue(), CTX.Queue()
-    writer = CTX.Process(target=_appender, args=(path, 1000, todo, done))
+    ctx = _ctx()
+    todo, done = ctx.Queue(), ctx.Queue()
+    writer = ctx.Process(target=_appender, args=(path, 1000, todo, done))
     writer.start()
     try:
         assert done.get(timeout=WAIT_S) == 81_000
@@ -227,6 +239,7 @@ def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_pa
     assert writer.exitcode == 0
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_only_rows_every_key_holds_are_served(tmp_path):
@@ -256,6 +269,7 @@ class _Refreshes(Dataset):
         return self.ds.refresh()
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_mid_epoch_state_resumes_exactly_after_the_file_grew(tmp_path):
@@ -286,6 +300,7 @@ def test_a_mid_epoch_state_resumes_exactly_after_the_file_grew(tmp_path):
         again.close()
 
 
+@needs_fork
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_combined_keeps_its_index_and_says_it_does_not_follow(tmp_path, caplog):
