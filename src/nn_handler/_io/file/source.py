@@ -238,10 +238,11 @@ class H5Source:
         if not self.is_path or not isinstance(recorded, FileIdentity):
             return False
         st = os.stat(self.path)
-        if recorded.matches(st) and not (self.may_grow or self.swmr_mode):
+        growing = self.may_grow or self.swmr_mode
+        if recorded.matches(st) and not growing:
             return False
-        opened = self._opened()  # a first open here checks the identity itself
-        growing = self.may_grow or bool(opened.file.swmr_mode)
+        if not growing:  # has a SWMR writer taken it since? (a first open checks identity)
+            growing = bool(self._opened().file.swmr_mode)
         current = FileIdentity.of_stat(st)
         check_identity(self.path, recorded, current, growing=growing)
         if not growing:
