@@ -41,6 +41,7 @@ from ..dataloaders import (
     BatchedDataset,
     DistributedEpochSampler,
     EpochShuffleSampler,
+    Refreshes,
     Resumable,
     ShardSampler,
     batched_loader,
@@ -108,8 +109,10 @@ def choose_sampler(dataset: Any, shuffle: bool, *, role: Role, world: World, see
         shard = getattr(dataset, "shard_size", len(dataset))  # its own rows, without the pad
         return EpochShuffleSampler(shard, seed=seed, shuffle=shuffle, shard_of=dataset.world)
     if role == "train":  # on any world: its state resumes on any other (elastic resume)
+        # a dataset that can refresh() is followed: each epoch takes its length as it begins
+        sized = dataset if isinstance(dataset, Refreshes) else len(dataset)
         return DistributedEpochSampler(
-            len(dataset), seed=seed, shuffle=shuffle, rank=world.rank,
+            sized, seed=seed, shuffle=shuffle, rank=world.rank,
             world_size=world.world_size, equal_steps="pad",
         )  # fmt: skip
     if world.is_distributed:

@@ -33,6 +33,7 @@ __all__ = [
     "PlansWindow",
     "RankSharded",
     "ReadsAhead",
+    "Refreshes",
     "Resumable",
     "Shuffles",
     "SplitsRanks",
@@ -159,6 +160,20 @@ class ReadsAhead(Protocol):
     reads_release_gil: bool
 
     def read_ahead(self, indices: Any) -> None: ...
+
+
+@runtime_checkable
+class Refreshes(Protocol):
+    """A dataset whose files may grow: ``refresh()`` looks again and returns its length.
+
+    Samplers built from one take its length at the start of every epoch (a SWMR writer may
+    have appended rows since the last); each ``refresh()`` of a file nobody appends to costs
+    about one ``stat``.
+    """
+
+    def __len__(self) -> int: ...
+
+    def refresh(self) -> int: ...
 
 
 @runtime_checkable

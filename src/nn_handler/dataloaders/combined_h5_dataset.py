@@ -238,6 +238,23 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
     def __len__(self) -> int:
         return int(self._index.file_of.size)
 
+    def refresh(self) -> int:
+        """Check every file again and return the length, which stays what it was.
+
+        The filters and the global index are built once, from the rows each file had then:
+        rows a SWMR writer appends later are not followed (that is said once, in the log);
+        the indexed rows are still served, and they stay right because a SWMR writer only
+        appends. Build the dataset again to include new rows.
+
+        Raises:
+            FileChangedError: a file was replaced, shrank, or was rewritten without SWMR.
+        """
+        with self._lock.get():  # the pool may be evicting files for a read in another thread
+            grew = self._refresh_sources()
+        if grew:
+            self._say_not_followed()
+        return len(self)
+
     def locate(self, index: int) -> tuple[str, int]:
         """Return ``(path, row)``: where sample ``index`` is stored."""
         i = normalize_index(index, len(self))

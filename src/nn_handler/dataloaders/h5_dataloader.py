@@ -20,6 +20,7 @@ from .._io.file.options import FileOptions, LockingMode
 from .._io.file.source import H5Source, close_inherited_sources
 from .._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
 from .._io.rows.fields import Reader, open_reader, row_reader
+from .._io.rows.follow import current_length, reader_at
 from .._io.rows.reader import RowReader
 from .._validate import check_callable, check_key, numpy_dtype
 from ._core import RowReaderDataset
@@ -239,8 +240,28 @@ class H5LazyDataset(RowReaderDataset[Sample]):
     def __len__(self) -> int:
         return self._x.length
 
+    def _follow_growth(self) -> None:
+        """Serve every row that both keys hold now (readers rebuilt for the grown extent)."""
+        readers = [r for r in (self._x, self._y) if r is not None]
+        length = min(current_length(r) for r in readers)
+        if length == self._x.length:
+            return
+        self._x = reader_at(self._x, length)
+        self._x_col = self._column(self._x, "x", self.x_dtype, None)
+        if self._y is not None:
+            self._y = reader_at(self._y, length)
+            self._y_col = self._column(self._y, "y", self.y_dtype, self.label_map)
+
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
+        try:
+            return self._samples(indices)
+        except IndexError:
+            if not self._caught_up():
+                raise
+        return self._samples(indices)
+
+    def _samples(self, indices: Sequence[int]) -> list[Sample]:
         xs = self._x_col.samples(self._x.read(indices), indices)
         ys = None
         if self._y is not None and self._y_col is not None:

@@ -16,7 +16,7 @@ attributes (Lightning, accelerate, torchdata) sees the structure it expects.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any, Literal
 
 import torch
@@ -45,6 +45,7 @@ from ._protocols import (
     PlansWindow,
     RankSharded,
     ReadsAhead,
+    Refreshes,
     Resumable,
     indexes_batches,
     is_rank_sharded,
@@ -285,6 +286,8 @@ def batched_loader(
         raise ValueError("shuffle=True and a sampler are exclusive; shuffle with the sampler")
     sampler = _own_sampler(dataset, sampler, shuffle, generator)
     threads = _use_threads(dataset, worker_mode, dataloader_kwargs)
+    if sampler is None and isinstance(dataset, Refreshes):
+        sampler = _following_sampler(dataset if threads else view, shuffle, generator)
     if threads:
         if sampler is None:
             sized: Sized = dataset  # type: ignore[assignment]
@@ -313,6 +316,39 @@ def batched_loader(
         collate_fn=BatchedDataset.collate,
         **dataloader_kwargs,
     )
+
+
+class _RefreshingRandomSampler(RandomSampler):
+    """torch's ``RandomSampler`` over a dataset that may grow: refreshed as each pass begins."""
+
+    def __iter__(self) -> Iterator[int]:
+        # not a generator itself: the indices come straight from torch's, at no cost each
+        self.data_source.refresh()  # type: ignore[attr-defined]
+        return super().__iter__()
+
+
+class _RefreshingSequentialSampler(SequentialSampler):
+    """torch's ``SequentialSampler`` over a dataset that may grow: refreshed as each pass begins."""
+
+    def __iter__(self) -> Iterator[int]:
+        # not a generator itself: the indices come straight from torch's, at no cost each
+        self.data_source.refresh()  # type: ignore[attr-defined]
+        return super().__iter__()
+
+
+def _following_sampler(
+    source: Any, shuffle: bool, generator: torch.Generator | None
+) -> Sampler[int]:
+    """The sampler a loader over a ``Refreshes`` dataset gets when none is given.
+
+    torch's own samplers (Lightning and accelerate recognise them, and they draw the same
+    order), whose pass first refreshes the dataset: an epoch takes the length the file has when
+    it begins (one ``stat`` for a file nobody appends to), and rows appended during it wait for
+    the next. Worker processes learn the new length from the indices they are asked for.
+    """
+    if shuffle:
+        return _RefreshingRandomSampler(source, generator=generator)
+    return _RefreshingSequentialSampler(source)
 
 
 def _resolve_auto_workers(dataset: Any, batch_size: int, kwargs: dict[str, Any]) -> None:

@@ -219,6 +219,45 @@ class H5Source:
             check_identity(self.path, recorded, current, growing=self.may_grow or self.swmr_mode)
         return True
 
+    def refresh(self) -> bool:
+        """Look at the file again; True when its datasets may hold rows appended since.
+
+        A local file that no SWMR writer holds and whose identity is still the recorded one
+        costs one ``stat`` and returns False (URLs and file objects: False, nothing done: an
+        object's version is checked by every read). A file a SWMR writer holds (or held: it
+        may have appended before closing it) returns True: this process's handle is closed
+        (the next read opens it afresh: shapes, chunk indexes and HDF5's chunk cache as the
+        file is now) and the recorded identity moves to the file as it is now, so a file that
+        later shrinks below it is caught.
+
+        Raises:
+            FileChangedError: another file is at the path now, the file shrank, or (without a
+                SWMR writer) it was rewritten since the dataset was built.
+        """
+        recorded = self.identity
+        if not self.is_path or not isinstance(recorded, FileIdentity):
+            return False
+        st = os.stat(self.path)
+        growing = self.may_grow or self.swmr_mode
+        if recorded.matches(st) and not growing:
+            return False
+        if not growing:  # has a SWMR writer taken it since? (a first open checks identity)
+            growing = bool(self._opened().file.swmr_mode)
+        current = FileIdentity.of_stat(st)
+        check_identity(self.path, recorded, current, growing=growing)
+        if not growing:
+            return False  # (the file was the same: only its status or times were touched)
+        # (a file whose writer has closed it since is followed too: it may have grown before)
+        self.may_grow = True
+        self.identity = current
+        # Open afresh rather than ``h5py.Dataset.refresh()`` each dataset: with one dataset
+        # open twice (with and without a chunk cache) and both refreshed, HDF5 found no chunk
+        # but the first, and ``read_direct_chunk`` returned chunk 0's bytes for every chunk
+        # (h5py 3.16 / HDF5 2.0). A new open reads the metadata as it is now.
+        with self._lock.get():
+            self._forget()
+        return True
+
     def byte_source(self) -> ByteSource | None:
         """The file's bytes for our own reads of data (None for a file object: h5py reads it).
 

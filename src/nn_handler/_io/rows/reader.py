@@ -54,6 +54,8 @@ class RowReader:
         self.chunk_rows: int | None = chunks
         self.row_nbytes: int = self.rows.row_nbytes
         self._rows: RowSource = choose_rows(dset, source, self.rows)
+        #: the last ``plan_window`` asked (a reader rebuilt for a grown file keeps it)
+        self.window_plan: tuple[int, int] | None = None
 
     @property
     def strategy(self) -> Strategy:
@@ -215,6 +217,7 @@ class RowReader:
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """Size the decoded-chunk window for a sampler reading ``blocks`` row blocks at a time."""
         self._rows.plan_window(block_rows, blocks)
+        self.window_plan = (block_rows, blocks)
 
     def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
         """Chunk-cache bytes that keep every chunk of ``blocks`` row blocks decoded at once.

@@ -63,10 +63,49 @@ class ChunkedDataset(FileDataset[T_co]):
         """The stacked batch of ``indices`` (a sequence, array or slice as given)."""
 
     def __getitem__(self, index: Any) -> Any:
-        """Return sample ``index``, or a stacked batch for a sequence / array / slice of them."""
-        if is_scalar_index(index):
-            return self._sample(index)
-        return self._batch(index)
+        """Return sample ``index``, or a stacked batch for a sequence / array / slice of them.
+
+        An index past the end first refreshes the dataset (a worker whose copy predates rows
+        a writer appended learns of them from the index it is asked for).
+        """
+        try:
+            return self._sample(index) if is_scalar_index(index) else self._batch(index)
+        except IndexError:
+            if not self._caught_up():
+                raise
+        return self._sample(index) if is_scalar_index(index) else self._batch(index)
+
+    def refresh(self) -> int:
+        """Look at the files again and return the length: rows a SWMR writer appended count.
+
+        Costs one ``stat`` per file that no SWMR writer holds and that has not changed. Loaders
+        and samplers of this library call it at the start of each epoch; a DataLoader worker
+        calls it itself when asked for a row past the end of its copy.
+
+        Raises:
+            FileChangedError: a file was replaced, shrank, or was rewritten without SWMR.
+        """
+        was_open = self.is_open
+        try:
+            if self._refresh_sources():
+                self._follow_growth()
+        finally:
+            if not was_open:  # hold no handle a forked worker would inherit, as after __init__
+                for source in self._sources():
+                    source.close()
+        return len(self)
+
+    def _follow_growth(self) -> None:
+        """Read the lengths again after the sources were refreshed (override to follow).
+
+        By default the dataset keeps the rows it indexed and says so once.
+        """
+        self._say_not_followed()
+
+    def _caught_up(self) -> bool:
+        """Refresh after an index error; True when the dataset gained rows (worth a retry)."""
+        before = len(self)
+        return self.refresh() > before
 
     def _block_rows(self, block_rows: int | None) -> int | None:
         """Rows of a block the parts are given: ``block_rows``, else ``chunk_rows``, else 1.

@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 
 from ..._io.file.options import FileOptions, resolve_file_options
 from ..._io.file.source import H5Source
+from ..._io.notices import say_once
 from .._transport import output_buffer
 
 __all__ = ["FileDataset"]
@@ -57,6 +58,32 @@ class FileDataset(Dataset[T_co], ABC):
         """Release this process's handles; override to release more (maps, pools) with them."""
         for source in self._sources():
             source.close()
+
+    def _refresh_sources(self) -> bool:
+        """Refresh every source (``H5Source.refresh``); True when one may have gained rows.
+
+        Raises:
+            FileChangedError: a file was replaced, shrank, or was rewritten.
+        """
+        grew = False
+        for source in self._sources():  # every one: each checks its file
+            was_open = source.is_open
+            try:
+                grew = source.refresh() or grew
+            finally:
+                if not was_open:  # hold no handle a forked worker would inherit
+                    source.close()
+        return grew
+
+    def _say_not_followed(self) -> None:
+        """Say once that this class keeps serving the rows it indexed when its file grows."""
+        name = type(self).__name__
+        say_once(
+            f"not-followed:{name}",
+            f"{name} does not follow files that grow: it keeps serving the rows it indexed "
+            "when it was built; build it again to read rows a writer appended since "
+            "(H5LazyDataset follows them: docs/h5_lazy_dataset.md)",
+        )
 
     def __enter__(self) -> Self:
         return self

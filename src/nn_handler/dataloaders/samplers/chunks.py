@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._validate import check_count, check_parallel
-from .._protocols import AdjacentChunks, ChunkAware, VariableBlocks
+from .._protocols import AdjacentChunks, ChunkAware, Refreshes, VariableBlocks
 from .epoch import DistributedEpochSampler
 from .shards import EvenMode, steps_per_rank, wrap
 
@@ -62,6 +62,8 @@ class ChunkShuffleSampler(DistributedEpochSampler):
     Args:
         dataset: The dataset to sample (its ``len`` and ``chunk_rows`` are used; every dataset
             of this library has them), or its length as an int together with ``block_size``.
+            A dataset that can ``refresh()`` is followed: each epoch takes its length at its
+            start (see ``DistributedEpochSampler``), unless blocks vary (``block_starts``).
         seed: Base seed, the same on every rank.
         window_chunks: Blocks per shuffle window. Larger mixes better and needs a larger chunk
             cache. Default: half of what the dataset's chunk cache holds (so the next window
@@ -129,6 +131,9 @@ class ChunkShuffleSampler(DistributedEpochSampler):
             even=even,
         )
         starts, own = _block_starts(dataset, block_size, block_starts, self.data_len)
+        if starts is None and isinstance(dataset, Refreshes):
+            # fixed blocks follow a growing file (varying ones are the dataset's, fixed once)
+            self.followed = dataset
         #: first row of every block when blocks vary in length (``block_starts``), else None
         self.block_starts: npt.NDArray[np.int64] | None = starts
         #: rows per block; None when blocks vary in length

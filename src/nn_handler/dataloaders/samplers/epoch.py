@@ -36,7 +36,7 @@ from torch.utils.data import DistributedSampler
 
 from ..._validate import check_count, check_int, check_non_negative_int, check_seed
 from ...distributed import World
-from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED
+from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED, Refreshes
 from .._sharding import shard_world_of_length
 from .elastic import Phase, check_phases, remaining_after
 from .frameworks import FrameworkSplit
@@ -174,6 +174,8 @@ class _EpochSampler(DistributedSampler[int]):
         if epoch != self.epoch:
             self._resume_from, self._resuming, self._phases = 0, False, []
         self.epoch = epoch
+        if not self._resuming:
+            self._epoch_starts()
         self._epoch_set = True
         self._framework.notice(self)  # accelerate calls set_epoch on every process, first
 
@@ -189,6 +191,7 @@ class _EpochSampler(DistributedSampler[int]):
         resumed, self._resuming, self._resume_from = self._resuming, False, 0
         if not resumed:
             self._phases = []
+            self._epoch_starts()
             self._begin_epoch()
         else:  # the rest of a resumed epoch: a later pass over it is a repeat
             self._last_pass_epoch, self._epoch_set = self.epoch, False
@@ -210,6 +213,13 @@ class _EpochSampler(DistributedSampler[int]):
 
     def _check_before_pass(self) -> None:
         """Checks that need the world the pass runs in (subclasses)."""
+
+    def _epoch_starts(self) -> None:
+        """An epoch's order is about to be fixed (``set_epoch``, or a pass that begins one).
+
+        Subclasses that follow a growing dataset take its length here (not while resuming:
+        a resumed epoch keeps the length its state recorded).
+        """
 
     def _warn_if_repeated(self) -> None:
         if self.shuffle and self._last_pass_epoch == self.epoch and not self._warned:
@@ -490,7 +500,11 @@ class DistributedEpochSampler(_EpochSampler):
     padded or cut by fewer than ``world_size`` (see ``samplers/elastic.py`` and docs/samplers.md).
 
     Args:
-        data_len: Samples in the global dataset.
+        data_len: Samples in the global dataset; or the dataset itself, when it can
+            ``refresh()`` (``H5LazyDataset``): its length is then taken again at the start of
+            every epoch (``set_epoch``, or a pass that begins an epoch), so rows a SWMR writer
+            appended join the next epoch, never the current one. A state records the epoch's
+            length, and a followed sampler resumes it whatever the file holds now.
         seed: Base seed, the same on every rank.
         shuffle: False keeps file order (still interleaved across ranks).
         rank: This rank (detected with ``World.detect`` when None).
@@ -505,7 +519,7 @@ class DistributedEpochSampler(_EpochSampler):
 
     def __init__(
         self,
-        data_len: int,
+        data_len: int | Refreshes,
         *,
         seed: int = 0,
         shuffle: bool = True,
@@ -515,7 +529,11 @@ class DistributedEpochSampler(_EpochSampler):
         even: EvenMode | None = None,
     ) -> None:
         super().__init__(seed, shuffle, rank=rank, world_size=world_size)
-        self.data_len = check_count("data_len", data_len)
+        #: the dataset whose length each epoch takes (None: ``data_len`` is fixed)
+        self.followed: Refreshes | None = data_len if isinstance(data_len, Refreshes) else None
+        self.data_len = check_count(
+            "data_len", data_len if self.followed is None else len(self.followed)
+        )
         self.equal_steps: EvenMode = equal_steps_option(equal_steps, even, type(self).__name__)
         self._remaining_cache: tuple[Any, npt.NDArray[np.int64]] | None = None
 
@@ -560,7 +578,7 @@ class DistributedEpochSampler(_EpochSampler):
 
     def _remaining(self) -> npt.NDArray[np.int64]:
         """What the epoch's earlier phases (on other worlds) left, in the base order."""
-        key = (self.seed, self.epoch, tuple(self._phases))
+        key = (self.seed, self.epoch, self.data_len, tuple(self._phases))
         cached = self._remaining_cache
         if cached is None or cached[0] != key:
             left = remaining_after(self._base_order(), self._phases, self._positions)
@@ -585,6 +603,47 @@ class DistributedEpochSampler(_EpochSampler):
 
     def _phase_options(self, split: dict[str, Any]) -> tuple[int, ...]:
         return ()
+
+    def _epoch_starts(self) -> None:
+        if self.followed is not None:
+            self.data_len = self._length_now()
+
+    def _length_now(self) -> int:
+        """The followed dataset's length, refreshed; it may only grow."""
+        assert self.followed is not None
+        now = check_count("len(dataset)", self.followed.refresh())
+        if now < self.data_len:
+            raise ValueError(
+                f"the dataset has {now} samples now, fewer than the {self.data_len} of the "
+                "last epoch: its file shrank; build the dataset and the sampler again"
+            )
+        return now
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the epoch ``state`` records (see ``_EpochSampler.load_state_dict``).
+
+        A sampler that follows a dataset takes the epoch's length from the state (the file
+        may have grown since it was saved: the appended rows wait for the next epoch).
+
+        Raises:
+            KeyError / ValueError: as the base class; ValueError also when the dataset now
+                holds fewer samples than the state's epoch.
+        """
+        before = self.data_len
+        saved = state.get("data_len") if isinstance(state, dict) else None
+        if self.followed is not None and saved is not None:
+            saved_len, now = check_count("data_len", saved), self._length_now()
+            if saved_len > now:
+                raise ValueError(
+                    f"state was saved with data_len={saved!r} but the dataset holds {now} "
+                    "samples now: its file shrank, or the state belongs to another dataset"
+                )
+            self.data_len = saved_len
+        try:
+            super().load_state_dict(state)
+        except BaseException:
+            self.data_len = before
+            raise
 
     def _phases_of(self, state: dict[str, Any], consumed: int) -> tuple[list[Phase], bool]:
         phases, rebased = super()._phases_of(state, consumed)
