@@ -10,11 +10,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 
 from ._validate import check_count
 
-__all__ = ["World"]
+__all__ = ["World", "smallest_of_ranks"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,20 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+def smallest_of_ranks(value: int) -> int:
+    """The smallest ``value`` any rank of the process group holds (``value`` without a group).
+
+    A collective: every rank of the group must call it at the same point (samplers do, at an
+    epoch's start). Used where ranks must agree on a number each learned by itself, such as
+    the length of a file another process appends to.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    # NCCL reduces only tensors on the GPU; every other backend (gloo, mpi, mixed) takes CPU ones
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    held = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(held, op=dist.ReduceOp.MIN)
+    return int(held.item())

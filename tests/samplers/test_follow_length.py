@@ -126,3 +126,20 @@ def test_a_dataset_that_shrinks_between_epochs_is_refused(kind):
     ds.length = 30
     with pytest.raises(ValueError, match=r"30 samples now, fewer than the 50 of the last epoch"):
         sampler.set_epoch(1)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", KINDS)
+def test_ranks_that_saw_the_file_either_side_of_an_append_agree_on_the_epoch(kind, tmp_path):
+    # an epoch refreshes at set_epoch and at its pass. Epoch 0: rank 0 refreshed before an
+    # append (96 rows), rank 1 after it (128); epoch 1: both see 128. Each epoch takes the
+    # length every rank saw, and the ranks' parts split it.
+    from helpers.ddp import run_ddp
+    from helpers.follow_ranks import epochs_seen_rank
+
+    lengths = [[96, 96, 96, 128, 128], [96, 128, 128, 128, 128]]
+    seen = run_ddp(epochs_seen_rank, 2, tmp_path / "out", kind, lengths, timeout=200)
+    for epoch, expected in ((0, 96), (1, 128)):
+        assert [s[epoch][0] for s in seen] == [expected, expected]
+        served = sorted(i for s in seen for i in s[epoch][1:])
+        assert served == list(range(expected))

@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from ..._validate import check_count, check_int, check_non_negative_int, check_seed
-from ...distributed import World
+from ...distributed import World, smallest_of_ranks
 from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED, Refreshes
 from .._sharding import shard_world_of_length
 from .elastic import Phase, check_phases, remaining_after
@@ -504,7 +504,10 @@ class DistributedEpochSampler(_EpochSampler):
             ``refresh()`` (``H5LazyDataset``): its length is then taken again at the start of
             every epoch (``set_epoch``, or a pass that begins an epoch), so rows a SWMR writer
             appended join the next epoch, never the current one. A state records the epoch's
-            length, and a followed sampler resumes it whatever the file holds now.
+            length, and a followed sampler resumes it whatever the file holds now. With a
+            ``torch.distributed`` process group of several ranks, the ranks agree on the
+            smallest length any of them refreshed to (an all-reduce: every rank calls
+            ``set_epoch`` and runs the pass).
         seed: Base seed, the same on every rank.
         shuffle: False keeps file order (still interleaved across ranks).
         rank: This rank (detected with ``World.detect`` when None).
@@ -612,6 +615,10 @@ class DistributedEpochSampler(_EpochSampler):
         """The followed dataset's length, refreshed; it may only grow."""
         assert self.followed is not None
         now = check_count("len(dataset)", self.followed.refresh())
+        if self.world.world_size > 1:
+            # each rank refreshed its own view, perhaps either side of an append: the epoch
+            # takes the length every rank can see, so no row is served twice or missed
+            now = smallest_of_ranks(now)
         if now < self.data_len:
             raise ValueError(
                 f"the dataset has {now} samples now, fewer than the {self.data_len} of the "
