@@ -128,7 +128,7 @@ def test_a_record_cut_short_by_a_kill_is_left_out(tmp_path):
     rows, path = _rows(), tmp_path / "p.h5"
     writer = H5OutputWriter(path, N, chunk_rows=CHUNK, attrs={"model": "M"})
     writer.write(np.arange(256), rows[:256])  # 4 whole chunks, each a record
-    part = writer._local.part.path  # still .open: its writer "was killed" now
+    part = writer._local.get().part.path  # still .open: its writer "was killed" now
     size = part.stat().st_size
     with open(part, "r+b") as file:
         file.truncate(size - 100)  # the last record loses its end

@@ -29,7 +29,6 @@ __all__ = [
     "PartFile",
     "Record",
     "check_payload",
-    "read_payload",
     "scan_folder",
 ]
 
@@ -163,12 +162,6 @@ def _read_record(file: BinaryIO, part: Path, offset: int, size: int, verify: boo
         if zlib.crc32(file.read(length)) != crc:
             return None
     return Record(part, start, kind, output, chunk, count, length, crc, indices)
-
-
-def read_payload(file: BinaryIO, record: Record) -> bytes:
-    """The payload of ``record`` read from its open part (``check_payload`` checks it)."""
-    file.seek(record.offset)
-    return file.read(record.length)
 
 
 def check_payload(record: Record, data: bytes) -> bytes:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .._io.process import PerProcess
 from .._validate import check_positive_int
 from .assemble import assemble
 from .buffers import ChunkBuffers, Filled
@@ -94,7 +95,8 @@ class H5OutputWriter:
         )
         self.buffer_bytes = check_positive_int("buffer_bytes", buffer_bytes)
         self._layout: OutputLayout | None = None
-        self._local: _ProcessPart | None = None
+        #: this process's part (a forked or spawned worker, or an unpickled copy, starts empty)
+        self._local: PerProcess[_ProcessPart] = PerProcess()
 
     @property
     def layout(self) -> OutputLayout | None:
@@ -156,9 +158,10 @@ class H5OutputWriter:
 
     def close(self) -> None:
         """Store this process's rows still held and close its part; safe to call twice."""
-        if self._local is not None and self._local.pid == os.getpid():
-            self._local.close()
-        self._local = None
+        local = self._local.peek()
+        self._local.pop()  # (a part inherited over fork is its parent's to close)
+        if local is not None:
+            local.close()
 
     def finish(self) -> Path:
         """Close, then make ``PATH`` from every part (rank 0 of a process group) and return it.
@@ -240,16 +243,12 @@ class H5OutputWriter:
         return layout
 
     def _process_part(self, layout: OutputLayout) -> _ProcessPart:
-        if self._local is None or self._local.pid != os.getpid():
+        local = self._local.peek()
+        if local is None:
             # a new process (a forked or spawned worker) stores into a part of its own
             settle_manifest(self.folder, self._manifest(layout))
-            self._local = _ProcessPart(self.folder, layout, self.buffer_bytes)
-        return self._local
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_local"] = None  # each process writes its own part
-        return state
+            local = self._local.set(_ProcessPart(self.folder, layout, self.buffer_bytes))
+        return local
 
     def __enter__(self) -> H5OutputWriter:
         return self
@@ -265,7 +264,7 @@ class H5OutputWriter:
         datasets = "?" if layout is None else _describe(layout.specs)
         return (
             f"H5OutputWriter(path={str(self.path)!r}, n_rows={self.n_rows}, key={self.key!r}, "
-            f"datasets={datasets}, open={self._local is not None})"
+            f"datasets={datasets}, open={self._local.peek() is not None})"
         )
 
 
@@ -273,7 +272,8 @@ class _ProcessPart:
     """What one process holds: its part, and the rows of chunks not yet complete."""
 
     def __init__(self, folder: Path, layout: OutputLayout, limit: int) -> None:
-        self.pid = os.getpid()
+        self._here: PerProcess[bool] = PerProcess()  # (empty in a forked child)
+        self._here.set(True)
         self.layout = layout
         self.buffers = ChunkBuffers(layout, limit)
         self.part = PartFile(folder)
@@ -295,8 +295,8 @@ class _ProcessPart:
         self.part.append(ROWS, filled.output, -1, samples.size, payload)
 
     def close(self) -> None:
-        if self.pid != os.getpid():
-            return
+        if self._here.peek() is None:
+            return  # a copy inherited over fork: the part is its parent's
         for filled in self.buffers.drain():
             self.store(filled)
         self.part.seal()
