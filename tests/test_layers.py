@@ -3,8 +3,9 @@
 * Only ``_io`` talks to h5py (the tools that write or inspect files aside, and the assembly
   of output files, ``outputs.assemble``).
 * ``outputs`` (model outputs into HDF5: parts, the assembly, the writer) stands on
-  ``_validate`` and ``_io``'s process guard (``_io.process``) and byte reads (``_io.storage``)
-  alone: it reads no data files, so it needs no loader, dataset or HDF5 reader.
+  ``_validate``, ``distributed`` (the ranks' barrier) and ``_io``'s process guard
+  (``_io.process``) and byte reads (``_io.storage``) alone: it reads no data files, so it
+  needs no loader, dataset or HDF5 reader.
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
   no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_tensors``); of the
   package's root modules, only the leaves ``_validate`` and ``_host``.
@@ -132,7 +133,8 @@ def test_only_io_imports_h5py():
 
 
 def test_outputs_stand_on_validate_and_the_io_floor_only():
-    allowed = (OUTPUTS, "nn_handler._validate", f"{IO}.process", f"{IO}.storage")
+    allowed = (OUTPUTS, "nn_handler._validate", "nn_handler.distributed")
+    allowed += (f"{IO}.process", f"{IO}.storage")
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()

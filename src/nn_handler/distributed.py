@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from ._validate import check_count
 
-__all__ = ["World", "smallest_of_ranks"]
+__all__ = ["World", "barrier", "smallest_of_ranks"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,16 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
 
 
+def barrier() -> None:
+    """Wait until every rank of the process group gets here (no group: return at once)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    if dist.get_backend() == "nccl":  # name the GPU, or NCCL guesses (and warns)
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
 def smallest_of_ranks(value: int) -> int:
     """The smallest ``value`` any rank of the process group holds (``value`` without a group).
 
@@ -128,9 +138,13 @@ def smallest_of_ranks(value: int) -> int:
     """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return value
-    # NCCL reduces only tensors on the GPU; every other backend (gloo, mpi, mixed) takes CPU ones
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    held = torch.tensor([value], dtype=torch.int64, device=device)
+    held = torch.tensor([value], dtype=torch.int64, device=_collective_device())
     dist.all_reduce(held, op=dist.ReduceOp.MIN)
     return int(held.item())
+
+
+def _collective_device() -> torch.device:
+    """Where a collective's tensors must be (NCCL: the GPU; gloo, mpi, mixed: the CPU)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..distributed import World
+from ..distributed import barrier as group_barrier
 from .device import bind_local_device, parse_device
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -130,12 +131,8 @@ def gather_objects(obj: Any, world: World) -> list[Any]:
 
 def barrier(world: World) -> None:
     """Wait until every rank gets here."""
-    if not world.is_distributed:
-        return
-    if dist.get_backend() == "nccl":  # name the GPU, or NCCL guesses (and warns)
-        dist.barrier(device_ids=[torch.cuda.current_device()])
-    else:
-        dist.barrier()
+    if world.is_distributed:
+        group_barrier()
 
 
 def wrap_ddp(

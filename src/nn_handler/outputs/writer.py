@@ -23,12 +23,13 @@ import torch.distributed as dist
 
 from .._io.process import PerProcess
 from .._validate import check_positive_int
+from ..distributed import barrier
 from .assemble import assemble
 from .buffers import ChunkBuffers, Filled
 from .codec import encode_chunk
 from .layout import OutputLayout, choose_chunk_rows
 from .manifest import check_same, folder_for, read_manifest, settle_manifest
-from .parts import CHUNK, ROWS, PartFile, scan_folder
+from .parts import CHUNK, ROWS, PartFile, Record, scan_folder
 from .rows import flatten_outputs, specs_of
 from .sources import stored_rows
 
@@ -150,11 +151,7 @@ class H5OutputWriter:
         layout = self.layout
         if layout is None:
             return np.zeros(self.n_rows, dtype=bool)
-        notes: list[str] = []
-        have = stored_rows(layout, scan_folder(self.folder, notes))
-        for note in notes:
-            _log.info("nn_handler: %s", note)
-        return have
+        return stored_rows(layout, self._records())
 
     def close(self) -> None:
         """Store this process's rows still held and close its part; safe to call twice."""
@@ -180,7 +177,7 @@ class H5OutputWriter:
         group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if not group:
             return self._assemble()
-        _barrier()
+        barrier()
         failure: list[Any] = [None]
         if dist.get_rank() == 0:
             try:
@@ -200,11 +197,15 @@ class H5OutputWriter:
             raise ValueError(
                 f"nothing was written for {str(self.path)!r}: call write(indices, outputs) first"
             )
+        return assemble(self.folder, self.path, layout, self.attrs, self._records())
+
+    def _records(self) -> list[Record]:
+        """Every whole record of the work folder; what was left out is said in the log."""
         notes: list[str] = []
         records = scan_folder(self.folder, notes)
         for note in notes:
             _log.info("nn_handler: %s", note)
-        return assemble(self.folder, self.path, layout, self.attrs, records)
+        return records
 
     def _manifest(self, layout: OutputLayout | None) -> dict[str, Any]:
         wanted: dict[str, Any] = {"key": self.key, "n_rows": self.n_rows, "attrs": self.attrs}
@@ -301,13 +302,6 @@ class _ProcessPart:
             self.store(filled)
         self.part.seal()
         self._finalizer.cancel()  # (the registry would keep this object to the process's end)
-
-
-def _barrier() -> None:
-    if dist.get_backend() == "nccl":  # name the GPU, or NCCL guesses (and warns)
-        dist.barrier(device_ids=[torch.cuda.current_device()])
-    else:
-        dist.barrier()
 
 
 def _describe(specs: Any) -> str:
