@@ -254,12 +254,7 @@ class H5LazyDataset(RowReaderDataset[Sample]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, reading the batch at once."""
-        try:
-            return self._samples(indices)
-        except IndexError:
-            if not self._caught_up():
-                raise
-        return self._samples(indices)
+        return self._past_the_end_refreshes(self._samples, indices)
 
     def _samples(self, indices: Sequence[int]) -> list[Sample]:
         xs = self._x_col.samples(self._x.read(indices), indices)

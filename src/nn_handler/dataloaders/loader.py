@@ -318,22 +318,21 @@ def batched_loader(
     )
 
 
-class _RefreshingRandomSampler(RandomSampler):
-    """torch's ``RandomSampler`` over a dataset that may grow: refreshed as each pass begins."""
+class _RefreshesFirst(Sampler[int]):
+    """A torch sampler over a dataset that may grow: refreshed as each pass begins."""
 
     def __iter__(self) -> Iterator[int]:
         # not a generator itself: the indices come straight from torch's, at no cost each
-        self.data_source.refresh()  # type: ignore[attr-defined]
-        return super().__iter__()
+        self.data_source.refresh()  # type: ignore[attr-defined]  # (torch's samplers hold it)
+        return super().__iter__()  # (torch's sampler, next in the MRO)
 
 
-class _RefreshingSequentialSampler(SequentialSampler):
-    """torch's ``SequentialSampler`` over a dataset that may grow: refreshed as each pass begins."""
+class _RefreshingRandomSampler(_RefreshesFirst, RandomSampler):
+    """torch's ``RandomSampler``, refreshing the dataset as each pass begins."""
 
-    def __iter__(self) -> Iterator[int]:
-        # not a generator itself: the indices come straight from torch's, at no cost each
-        self.data_source.refresh()  # type: ignore[attr-defined]
-        return super().__iter__()
+
+class _RefreshingSequentialSampler(_RefreshesFirst, SequentialSampler):
+    """torch's ``SequentialSampler``, refreshing the dataset as each pass begins."""
 
 
 def _following_sampler(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from ..._io.indices import is_scalar_index
@@ -14,6 +14,7 @@ from .files import FileDataset
 __all__ = ["ChunkParts", "ChunkedDataset"]
 
 T_co = TypeVar("T_co", covariant=True)
+R = TypeVar("R")
 
 
 class ChunkParts(Protocol):
@@ -68,12 +69,19 @@ class ChunkedDataset(FileDataset[T_co]):
         An index past the end first refreshes the dataset (a worker whose copy predates rows
         a writer appended learns of them from the index it is asked for).
         """
+        return self._past_the_end_refreshes(self._item, index)
+
+    def _item(self, index: Any) -> Any:
+        return self._sample(index) if is_scalar_index(index) else self._batch(index)
+
+    def _past_the_end_refreshes(self, read: Callable[[Any], R], index: Any) -> R:
+        """``read(index)``; when an index is past the end, refresh, and read again if it grew."""
         try:
-            return self._sample(index) if is_scalar_index(index) else self._batch(index)
+            return read(index)
         except IndexError:
             if not self._caught_up():
                 raise
-        return self._sample(index) if is_scalar_index(index) else self._batch(index)
+        return read(index)
 
     def refresh(self) -> int:
         """Look at the files again and return the length: rows a SWMR writer appended count.
