@@ -25,14 +25,13 @@ import numpy as np
 
 from .._io.storage.byte_source import read_at
 from .._validate import usable_cores
+from .buffers import refuse_differing, same_rows
 from .codec import GZIP_LEVEL, decode_chunk, encode_chunk
 from .layout import OutputLayout, OutputSpec
 from .parts import Record, check_payload
 from .sources import ChunkPlan, plan_chunks
 
 __all__ = ["assemble"]
-
-_SHOWN = 5
 
 
 def assemble(
@@ -135,15 +134,7 @@ def _merge(
     """Put ``values`` at ``local``; a row already there must have the same bytes."""
     again = have[local]
     if again.any():
-        old = np.ascontiguousarray(rows[local[again]]).view(np.uint8).reshape(int(again.sum()), -1)
-        new = np.ascontiguousarray(values[again]).view(np.uint8).reshape(int(again.sum()), -1)
-        differ = ~(old == new).all(axis=1)
-        if differ.any():
-            shown = ", ".join(map(str, np.unique(samples[again][differ])[:_SHOWN].tolist()))
-            raise ValueError(
-                f"sample(s) {shown} were written twice with different values; a repeated "
-                "sample (DistributedSampler's padding) must repeat the same output"
-            )
+        refuse_differing(samples[again][~same_rows(rows[local[again]], values[again])])
     rows[local] = values
     have[local] = True
 

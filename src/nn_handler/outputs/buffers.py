@@ -16,7 +16,7 @@ import numpy as np
 
 from .layout import OutputLayout
 
-__all__ = ["ChunkBuffers", "Filled"]
+__all__ = ["ChunkBuffers", "Filled", "refuse_differing", "same_rows"]
 
 
 @dataclass
@@ -100,17 +100,17 @@ def _check_repeats(
     """Raise when a sample comes twice (here before, or twice in this call) with other bytes."""
     again = filled.have[local]
     if again.any():
-        differ = ~_same_rows(filled.rows[local[again]], rows[again])
-        _raise_if_differ(samples[again][differ])
+        differ = ~same_rows(filled.rows[local[again]], rows[again])
+        refuse_differing(samples[again][differ])
     if np.unique(local).size < local.size:  # repeats inside this call: last write must equal all
         order = np.argsort(local, kind="stable")
         ordered_local, ordered = local[order], rows[order]
         repeat = np.flatnonzero(ordered_local[1:] == ordered_local[:-1])
-        differ = ~_same_rows(ordered[repeat], ordered[repeat + 1])
-        _raise_if_differ(samples[order][repeat][differ])
+        differ = ~same_rows(ordered[repeat], ordered[repeat + 1])
+        refuse_differing(samples[order][repeat][differ])
 
 
-def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per row, True when the two rows' bytes are the same (NaNs compare by their bits)."""
     a8 = np.ascontiguousarray(a).view(np.uint8).reshape(len(a), -1)
     b8 = np.ascontiguousarray(b).view(np.uint8).reshape(len(b), -1)
@@ -118,7 +118,8 @@ def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return same
 
 
-def _raise_if_differ(samples: np.ndarray) -> None:
+def refuse_differing(samples: np.ndarray) -> None:
+    """Raise naming ``samples`` (the first few) when any sample was written twice differently."""
     if samples.size:
         shown = ", ".join(str(i) for i in np.unique(samples)[:5].tolist())
         raise ValueError(
