@@ -1,9 +1,9 @@
 """Every public package re-exports exactly its sorted ``__all__``, and the names resolve."""
 
-import ast
 import importlib
 import inspect
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,29 +78,33 @@ def test_handler_is_reexported_from_the_package():
         assert getattr(nn_handler, n) is getattr(handler, n)
 
 
-def _type_checking_imports(package: str) -> dict[str, tuple[str, ...]]:
-    """Module -> names of the ``if typing.TYPE_CHECKING:`` imports of ``package``'s ``__init__``."""
+@pytest.mark.parametrize("package", ["nn_handler.dataloaders", "nn_handler._io"])
+def test_lazy_names_are_the_ones_type_checkers_see(package: str):
+    """A package that imports its names on first use reads them from its ``TYPE_CHECKING``
+    block (``_lazy.declared``): that block, ``__all__`` and what the names resolve to agree."""
+    from nn_handler import _lazy
+
     module = importlib.import_module(package)
-    tree = ast.parse(Path(module.__file__).read_text())
-    block = next(
-        n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
-    )
-    return {
-        "." * node.level + (node.module or ""): tuple(a.name for a in node.names)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-    }
+    table = _lazy.declared(module.__file__)
+    lazy = [name for names in table.values() for name in names]
+    assert sorted(lazy) == sorted(set(lazy)) == sorted(module.__all__)
+    assert set(module.__all__) <= set(dir(module))
+    for where, names in table.items():
+        defined = importlib.import_module(where, package)
+        assert all(getattr(module, n) is getattr(defined, n) for n in names), where
 
 
-def test_lazy_names_are_the_ones_type_checkers_see():
-    """``dataloaders`` imports its names on first use; what mypy sees must say the same."""
-    from nn_handler import dataloaders
+def test_the_lazy_table_takes_only_relative_imports(tmp_path: Path):
+    from nn_handler import _lazy
 
-    assert _type_checking_imports("nn_handler.dataloaders") == dataloaders._MODULES
-    lazy = {name for names in dataloaders._MODULES.values() for name in names}
-    assert lazy == set(dataloaders.__all__)
-    assert set(dataloaders.__all__) <= set(dir(dataloaders))
-    assert _type_checking_imports("nn_handler") == {".handler": ("NNHandler",)}
+    init = tmp_path / "__init__.py"
+    block = "    from .a import X, Y\n    from .b import Z\n"
+    init.write_text("import typing\nif typing.TYPE_CHECKING:\n" + block)
+    assert _lazy.declared(str(init)) == {".a": ("X", "Y"), ".b": ("Z",)}
+    init.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import os\n")
+    with pytest.raises(TypeError, match="line 3"):
+        _lazy.declared(str(init))
+    assert _lazy.declared(sys.modules["nn_handler"].__file__) == {".handler": ("NNHandler",)}
 
 
 def test_a_name_its_own_submodule_defines_is_not_hidden_by_importing_the_submodule():

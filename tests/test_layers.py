@@ -1,14 +1,16 @@
 """The layer rules of the package, checked on its import graph (docs/design.md draws them).
 
+* ``_io`` is reached through its face (``_io/__init__``) only: no module outside it imports a
+  module inside it, and each name of the face is imported from the module that defines it.
 * Only ``_io`` talks to h5py (the tools that write or inspect files aside, and the assembly
   of output files, ``outputs.assemble``).
 * ``outputs`` (model outputs into HDF5: parts, the assembly, the writer) stands on
-  ``_validate``, ``distributed`` (the ranks' barrier) and ``_io``'s process guard
-  (``_io.process``) and byte reads (``_io.storage``) alone: it reads no data files, so it
+  ``_validate``, ``distributed`` (the ranks' barrier) and, of ``_io``'s face, the process guard
+  (``PerProcess``) and byte reads (``read_at``) alone: it reads no data files, so it
   needs no loader, dataset or HDF5 reader.
 * ``_io`` is the bottom layer: it imports no dataset, sampler, loader or training code, and
   no torch (bytes and rows are NumPy; tensors are made one layer up, in ``_tensors``); of the
-  package's root modules, only the leaves ``_validate`` and ``_host``.
+  package's root modules, only the leaves ``_validate``, ``_host`` and ``_lazy``.
 * Inside ``_io``, ``storage`` (bytes: local files, URLs, versions) is the floor: it knows no
   HDF5 file, chunk engine, rows or formats, and imports no h5py. ``_io.platform`` (what the
   operating system offers) is a leaf every layer may ask.
@@ -110,6 +112,25 @@ def _imports(path: Path) -> set[str]:
 GRAPH = {_module_name(p): _imports(p) for p in sorted(SRC.rglob("*.py"))}
 
 
+def _face_names(path: Path) -> set[str]:
+    """The names ``path`` imports from ``_io``'s face (``from nn_handler._io import X``)."""
+    name = _module_name(path)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            if base == "nn_handler._io":
+                found.update(alias.name for alias in node.names)
+    return found
+
+
+FACE = {_module_name(p): _face_names(p) for p in sorted(SRC.rglob("*.py"))}
+
+
 def _within(name: str, *prefixes: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
@@ -132,9 +153,43 @@ def test_only_io_imports_h5py():
     assert offenders == []
 
 
+def test_io_is_reached_through_its_face_only():
+    offenders = sorted(
+        f"{m} -> {i}"
+        for m, imports in GRAPH.items()
+        if not _within(m, IO)
+        for i in _own(imports)
+        if _within(i, IO) and i != IO
+    )
+    assert offenders == []
+    assert "RowReader" in FACE["nn_handler.dataloaders._core.readers"]
+
+
+def test_the_io_face_names_each_where_it_is_defined():
+    """No chain of re-exports: a class or function of the face comes from its own module."""
+    import importlib
+
+    from nn_handler import _io, _lazy
+
+    table = _lazy.declared(str(SRC / "_io" / "__init__.py"))
+    moved = sorted(
+        f"{name}: {where} re-exports {obj.__module__}"
+        for where, names in table.items()
+        for name in names
+        if (obj := getattr(importlib.import_module(where, IO), name)) is not None
+        and isinstance(obj, type | type(len) | type(_test_face_helper))
+        and obj.__module__ not in (f"{IO}{where}", "nn_handler.errors")
+    )  # (errors carry the public module users catch them from: nn_handler.errors)
+    assert moved == []
+    assert _io.__all__ == sorted(_io.__all__)
+
+
+def _test_face_helper() -> None:
+    """(a plain function, for the type of functions above)"""
+
+
 def test_outputs_stand_on_validate_and_the_io_floor_only():
-    allowed = (OUTPUTS, "nn_handler._validate", "nn_handler.distributed")
-    allowed += (f"{IO}.process", f"{IO}.storage")
+    allowed = (OUTPUTS, "nn_handler._validate", "nn_handler.distributed", IO)
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
@@ -142,10 +197,12 @@ def test_outputs_stand_on_validate_and_the_io_floor_only():
     }
     assert {m: bad for m, bad in offenders.items() if bad} == {}
     assert f"{OUTPUTS}.writer" in offenders
+    io_names = {n for m, names in FACE.items() if _within(m, OUTPUTS) for n in names}
+    assert io_names <= {"PerProcess", "read_at"}  # the process guard and byte reads alone
 
 
 def test_io_is_the_bottom_layer():
-    allowed = (IO, "nn_handler._validate", "nn_handler._host")
+    allowed = (IO, "nn_handler._validate", "nn_handler._host", "nn_handler._lazy")
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
@@ -384,12 +441,11 @@ def test_the_dataset_core_stands_on_io_tensors_and_the_transport_interface():
 
 
 def test_every_dataset_module_builds_on_the_core():
-    options = f"{IO}.file.options"
     datasets = {
         m
-        for m, imports in GRAPH.items()
+        for m, names in FACE.items()
         if m.rpartition(".")[0] == "nn_handler.dataloaders" and not _is_package(m)
-        and options in imports
+        and "FileOptions" in names
     }  # fmt: skip
     assert "nn_handler.dataloaders.h5_sparse_dataset" in datasets
     assert sorted(m for m in datasets if CORE not in GRAPH[m]) == []

@@ -17,10 +17,10 @@ from . import (
 from ._training.checkpoint import CheckpointError
 from .distributed import World
 
-if typing.TYPE_CHECKING:  # (the same name as below, for type checkers)
+if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names to modules)
     from .handler import NNHandler
 
-_lazy.exports(__name__, {".handler": ("NNHandler",)})
+_lazy.exports_declared(__name__)
 
 try:
     __version__ = _metadata.version("nn-handler")

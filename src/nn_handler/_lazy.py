@@ -10,13 +10,15 @@ before, for every public name and every submodule.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
 import types
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["exports"]
+__all__ = ["declared", "exports", "exports_declared"]
 
 
 class _Package(types.ModuleType):
@@ -78,3 +80,45 @@ def _submodule(package: str, name: str) -> Any:
         if exc.name != f"{package}.{name}":  # the submodule is there; something it imports is not
             raise
         raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+
+def declared(init_file: str) -> dict[str, tuple[str, ...]]:
+    """Module -> names, read from the ``if TYPE_CHECKING:`` block of a package's ``__init__``.
+
+    The block is where type checkers see the package's names; reading the lazy table from it
+    keeps one list of them (beside ``__all__``) instead of two that can drift apart.
+
+    Args:
+        init_file: The package's ``__init__.py`` (its ``__file__``).
+
+    Returns:
+        Each ``from MODULE import A, B`` of the block as ``{".MODULE": ("A", "B")}``
+        (relative, as ``exports`` takes it).
+    """
+    tree = ast.parse(Path(init_file).read_text(encoding="utf-8"))
+    found: dict[str, tuple[str, ...]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for item in node.body:
+                if not isinstance(item, ast.ImportFrom) or not item.level:
+                    raise TypeError(
+                        f"{init_file}: the TYPE_CHECKING block holds only relative "
+                        f"'from .module import name' lines (line {item.lineno})"
+                    )
+                module = "." * item.level + (item.module or "")
+                found[module] = found.get(module, ()) + tuple(a.name for a in item.names)
+    return found
+
+
+def exports_declared(package: str) -> None:
+    """``exports`` with the table ``declared`` reads from ``package``'s ``__init__``."""
+    init_file = sys.modules[package].__file__
+    if init_file is None:  # (a namespace package has no __init__ to read)
+        raise TypeError(f"package {package!r} has no __init__.py to read its names from")
+    exports(package, declared(init_file))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"

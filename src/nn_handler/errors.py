@@ -20,7 +20,7 @@ again in the main process as the same class).
 
 from __future__ import annotations
 
-from ._io.errors import (
+from ._io import (
     CorruptFileError,
     DataFileError,
     ExternalDataError,

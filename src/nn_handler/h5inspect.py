@@ -16,9 +16,7 @@ from typing import Any
 
 import h5py
 
-from nn_handler._io.file.options import FileOptions
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.storage.remote.urls import is_url
+from nn_handler._io import FileOptions, H5Source, is_url
 
 from ._inspect.dataset import DatasetReport, FieldReport, dataset_report, unreadable_report
 from ._inspect.structures import Structure, detect

@@ -129,7 +129,7 @@ def test_a_reused_pid_keeps_nothing_alive(shm: Path) -> None:
     proc = _user("reused", "exit")
     proc.join(TIMEOUT)
     with process_with_pid(proc.pid):
-        assert region_sweep.sweep() == 1 and regions(shm) == []
+        assert region_sweep.sweep_regions() == 1 and regions(shm) == []
 
 
 def test_a_pinned_region_outlives_its_users_and_goes_with_its_pin(shm: Path) -> None:
@@ -137,7 +137,7 @@ def test_a_pinned_region_outlives_its_users_and_goes_with_its_pin(shm: Path) -> 
     assert pin is not None
     proc = _user("kept", "exit")  # a DataLoader worker of one epoch: joins, ends
     proc.join(TIMEOUT)
-    assert region_sweep.sweep() == 0 and regions(shm) == ["kept"]  # the next epoch finds it
+    assert region_sweep.sweep_regions() == 0 and regions(shm) == ["kept"]  # the next epoch finds it
     pin.release()
     assert regions(shm) == []
 
@@ -162,7 +162,7 @@ def test_a_missing_folder_has_no_room(tmp_path: Path, monkeypatch: pytest.Monkey
     assert shm_folder.shm_room() == 0
     with pytest.raises(shm_folder.RegionError, match="cannot be made"):
         node_memory.open_region("x", 4096, b"x")
-    assert region_sweep.sweep() == 0 and node_memory.list_regions() == []
+    assert region_sweep.sweep_regions() == 0 and node_memory.list_regions() == []
 
 
 def test_a_folder_open_to_others_or_behind_a_link_is_not_trusted(shm: Path) -> None:
@@ -187,7 +187,7 @@ def test_a_sweep_opens_nothing_but_regular_files(shm: Path) -> None:
     folder = Path(shm_folder.user_folder())
     os.mkfifo(folder / "fifo")  # an open of it for reading would wait for a writer forever
     (folder / "link").symlink_to(folder / "fifo")
-    assert region_sweep.sweep() == 0
+    assert region_sweep.sweep_regions() == 0
     assert node_memory.list_regions() == []
     assert sorted(os.listdir(folder)) == [".locks", "fifo", "link"]
 
@@ -217,7 +217,7 @@ def test_another_users_folder_is_never_trusted(shm: Path) -> None:
         node_memory.open_region("x", 4096, b"x")
     assert f"belongs to uid {OTHER_UID}" in str(shm_folder.usable_folder())
     assert node_memory.node_regions_bytes() == 0  # not counted, not swept, not opened
-    assert node_memory.list_regions() == [] and region_sweep.sweep() == 0
+    assert node_memory.list_regions() == [] and region_sweep.sweep_regions() == 0
     assert (planted / "x").exists()
 
 

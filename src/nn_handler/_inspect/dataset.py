@@ -13,14 +13,19 @@ from typing import Any
 
 import h5py
 
-from nn_handler._io.chunks.decoded import decoded_budget
-from nn_handler._io.chunks.order_cost import random_order_advice, rewrite_command
-from nn_handler._io.file.filters import FilterInfo, filters_of
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.rows.keys import field_key
-from nn_handler._io.rows.kinds import sample_kind, unsupported_reason
-from nn_handler._io.rows.reader import RowReader
-from nn_handler._io.storage.remote.urls import is_url
+from nn_handler._io import (
+    FilterInfo,
+    H5Source,
+    RowReader,
+    decoded_budget,
+    field_key,
+    filters_of,
+    is_url,
+    random_order_advice,
+    rewrite_command,
+    sample_kind,
+    unsupported_reason,
+)
 
 from .._validate import format_bytes
 from .structures import is_dimension_scale

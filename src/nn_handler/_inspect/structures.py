@@ -23,9 +23,7 @@ from typing import Any
 
 import h5py
 
-from nn_handler._io.file.filters import filters_of
-from nn_handler._io.formats.sparse_layout import describe_layout, detect_layout
-from nn_handler._io.rows.keys import field_key
+from nn_handler._io import describe_layout, detect_layout, field_key, filters_of
 
 __all__ = ["Structure", "detect", "is_dimension_scale", "pickled_names"]
 

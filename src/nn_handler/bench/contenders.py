@@ -20,10 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from nn_handler._io.file.options import FileOptions
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.rows.keys import resolve_key
-from nn_handler._io.rows.reader import RowReader
+from nn_handler._io import FileOptions, H5Source, RowReader, resolve_key
 
 from ..dataloaders import (
     ChunkShuffleSampler,

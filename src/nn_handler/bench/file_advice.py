@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .._io.chunks.decoded import decoded_budget
-from .._io.chunks.order_cost import random_order_advice
-from .._io.file.options import FileOptions
+from .._io import FileOptions, decoded_budget, random_order_advice
 from .._validate import format_bytes
 from .file_report import BLOCK_CHUNKS, BLOCKS, CACHED, CHUNK, EPOCH, GETITEMS, FileBench
 from .remote_file import CACHE_COLD, CACHE_WARM, NAIVE_FSSPEC

@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .._host import available_ram_bytes
-from .._io.storage.remote.urls import is_url
+from .._io import is_url
 from .._validate import check_positive_int, format_bytes
 from ..dataloaders import (
     ChunkShuffleSampler,

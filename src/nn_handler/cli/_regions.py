@@ -13,9 +13,7 @@ import json
 import os
 from typing import Any
 
-from .._io.storage.node_memory import NAMED, RegionInfo, list_regions
-from .._io.storage.region_sweep import sweep
-from .._io.storage.shm_folder import folder_owners
+from .._io import NAMED, RegionInfo, folder_owners, list_regions, sweep_regions
 from .._validate import format_bytes
 
 
@@ -41,7 +39,7 @@ def _run_regions(args: argparse.Namespace) -> int:
         print("0 B held: decoded copies are shared by name on Linux only")
         return 0
     users = folder_owners() if os.geteuid() == 0 else [os.geteuid()]
-    removed = sum(sweep(uid) for uid in users) if args.sweep else 0
+    removed = sum(sweep_regions(uid) for uid in users) if args.sweep else 0
     held = 0
     for uid in users:
         for info in list_regions(uid):

@@ -11,18 +11,19 @@ import typing
 from .. import _lazy
 from . import _tensors  # noqa: F401  (tells the decode pool how many loader workers share cores)
 
-if typing.TYPE_CHECKING:  # (the same names as _MODULES, for type checkers)
-    from .._io.chunks.pool import decode_threads, set_decode_threads
-    from .._io.errors import (
+if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names to modules)
+    from .._io import (
         CorruptFileError,
         DataFileError,
         ExternalDataError,
         FileChangedError,
+        FileOptions,
         MissingFilterError,
         RemoteAccessError,
         RemoteReadError,
+        decode_threads,
+        set_decode_threads,
     )
-    from .._io.file.options import FileOptions
     from ._protocols import (
         STATE_CONSUMED,
         STATE_EPOCH,
@@ -69,66 +70,7 @@ if typing.TYPE_CHECKING:  # (the same names as _MODULES, for type checkers)
     from .wait import WaitMeter, WaitSummary
     from .wait_advice import wait_advice
 
-#: module -> the public names it defines (tests/test_imports.py checks it against the above)
-_MODULES = {
-    ".._io.chunks.pool": ("decode_threads", "set_decode_threads"),
-    ".._io.errors": (
-        "CorruptFileError",
-        "DataFileError",
-        "ExternalDataError",
-        "FileChangedError",
-        "MissingFilterError",
-        "RemoteAccessError",
-        "RemoteReadError",
-    ),
-    ".._io.file.options": ("FileOptions",),
-    "._protocols": (
-        "STATE_CONSUMED",
-        "STATE_EPOCH",
-        "STATE_SEED",
-        "BatchIndexable",
-        "ChunkAware",
-        "ChunkWindowed",
-        "EpochAware",
-        "RankSharded",
-        "ReadsAhead",
-        "Refreshes",
-        "Resumable",
-        "SplitsRanks",
-        "VariableBlocks",
-        "indexes_batches",
-        "is_rank_sharded",
-        "set_epoch_once",
-        "splits_across_ranks",
-    ),
-    ".chunk_sampler": ("ChunkShuffleSampler",),
-    ".combined_h5_dataset": ("CombinedHDF5Dataset", "create_optimized_dataloader"),
-    ".h5_dataloader": ("H5LazyDataset", "h5_worker_init_fn"),
-    ".h5_sample_dataset": ("H5SampleDataset", "pad_collate"),
-    ".h5_sparse_dataset": ("H5SparseDataset",),
-    ".loader": (
-        "BatchedDataset",
-        "EpochBatchSampler",
-        "SafeStartDataLoader",
-        "batched_loader",
-        "fit_chunk_cache",
-    ),
-    ".prefetch": ("DevicePrefetcher",),
-    ".rank_cached_h5_dataloader": ("RankMemCachedH5Dataset",),
-    ".samplers": (
-        "DistributedEpochSampler",
-        "EpochShuffleSampler",
-        "ShardSampler",
-        "_balanced_contiguous_shard",
-        "_interleaved_indices",
-        "epoch_permutation",
-    ),
-    ".shard_sampler": ("ShardEpochSampler",),
-    ".transforms": ("decode_image",),
-    ".wait": ("WaitMeter", "WaitSummary"),
-    ".wait_advice": ("wait_advice",),
-}
-_lazy.exports(__name__, _MODULES)
+_lazy.exports_declared(__name__)
 
 __all__ = [
     "BatchIndexable",

@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, DistributedSampler
 from ..distributed import World
 
 if TYPE_CHECKING:  # samplers import this module: no file-reading code at run time
-    from .._io.rows.plan import WindowPlan
+    from .._io import WindowPlan
 
 __all__ = [
     "STATE_CONSUMED",

@@ -20,10 +20,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
-from .._io.file.options import FileOptions, LockingMode
-from .._io.file.source import H5Source
-from .._io.indices import IndexArray, as_index_array, normalize_index
-from .._io.process import PerProcess
+from .._io import (
+    FileOptions,
+    H5Source,
+    IndexArray,
+    LockingMode,
+    PerProcess,
+    as_index_array,
+    normalize_index,
+)
 from .._validate import (
     check_count,
     check_loader_options,

@@ -16,12 +16,22 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from .._io.file.options import FileOptions, LockingMode
-from .._io.file.source import H5Source, close_inherited_sources
-from .._io.file.strings import BYTES, check_encoding, decode_strings, in_rows
-from .._io.rows.fields import Reader, open_reader, row_reader
-from .._io.rows.follow import current_length, reader_at
-from .._io.rows.reader import RowReader
+from .._io import (
+    BYTES,
+    FileOptions,
+    H5Source,
+    LockingMode,
+    Reader,
+    RowReader,
+    check_encoding,
+    close_inherited_sources,
+    current_length,
+    decode_strings,
+    in_rows,
+    open_reader,
+    reader_at,
+    row_reader,
+)
 from .._validate import check_callable, check_key, numpy_dtype
 from ._core import RowReaderDataset
 from ._tensors.columns import ENCODING_ARG, Column, label_map_from

@@ -15,13 +15,16 @@ from typing import Any
 
 import torch
 
-from .._io.errors import DataFileError
-from .._io.file.options import FileOptions, LockingMode
-from .._io.file.paths import check_paths
-from .._io.file.source import H5Source
-from .._io.formats.attrs import LabelReader
-from .._io.formats.members import open_dataset_id
-from .._io.formats.whole import SampleReader
+from .._io import (
+    DataFileError,
+    FileOptions,
+    H5Source,
+    LabelReader,
+    LockingMode,
+    SampleReader,
+    check_paths,
+    open_dataset_id,
+)
 from .._validate import check_callable, check_int, format_names, numpy_dtype
 from ._core import FileDataset
 from ._per_sample.collate import pad_collate

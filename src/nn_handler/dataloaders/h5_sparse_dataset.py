@@ -17,12 +17,17 @@ from typing import IO, Any, Literal
 import numpy as np
 import torch
 
-from .._io.file.options import FileOptions, LockingMode
-from .._io.file.paths import check_paths
-from .._io.file.source import H5Source
-from .._io.file.strings import check_encoding
-from .._io.formats.sparse_labels import merge_labels
-from .._io.indices import IndexArray, as_index_array, normalize_index
+from .._io import (
+    FileOptions,
+    H5Source,
+    IndexArray,
+    LockingMode,
+    as_index_array,
+    check_encoding,
+    check_paths,
+    merge_labels,
+    normalize_index,
+)
 from .._validate import check_choice, check_key, numpy_dtype
 from ._core import ChunkedDataset, ChunkParts
 from ._sparse.batch import (

@@ -30,7 +30,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from .._io.rows.plan import WindowPlan
+from .._io import WindowPlan
 from .._validate import (
     check_choice,
     check_count,

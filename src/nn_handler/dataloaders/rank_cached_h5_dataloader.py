@@ -29,9 +29,14 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .._devices import check_device
-from .._io.file.options import FileOptions, LockingMode
-from .._io.file.source import H5Source
-from .._io.indices import as_index_array, is_scalar_index, normalize_index
+from .._io import (
+    FileOptions,
+    H5Source,
+    LockingMode,
+    as_index_array,
+    is_scalar_index,
+    normalize_index,
+)
 from .._validate import (
     check_callable,
     check_choice,

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 import h5py
 import numpy as np
 
-from .._io.storage.byte_source import read_at
+from .._io import read_at
 from .._validate import usable_cores
 from .buffers import refuse_differing, same_rows
 from .codec import GZIP_LEVEL, decode_chunk, encode_chunk

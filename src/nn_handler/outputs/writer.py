@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._io.process import PerProcess
+from .._io import PerProcess
 from .._validate import check_positive_int
 from ..distributed import barrier
 from .assemble import assemble

@@ -13,7 +13,7 @@ import os
 import secrets
 from collections.abc import Iterator
 
-from nn_handler._io.storage.remote.urls import is_url
+from nn_handler._io import is_url
 
 __all__ = ["atomic_output", "check_output"]
 

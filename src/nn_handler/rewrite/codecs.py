@@ -18,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from nn_handler._io.filter_ids import LZ4, ZSTD
+from nn_handler._io import LZ4, ZSTD
 
 __all__ = [
     "CODECS",

@@ -17,8 +17,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.rows.reader import RowReader
+from nn_handler._io import H5Source, RowReader
 
 from .chunking import SEQUENTIAL_BYTES
 from .plan import DatasetPlan

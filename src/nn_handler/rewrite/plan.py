@@ -21,9 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from nn_handler._io.file.filters import filters_of
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.formats.sparse_layout import SparseLayout, sparse_layouts
+from nn_handler._io import H5Source, SparseLayout, filters_of, sparse_layouts
 
 from .._validate import format_bytes, format_names
 from ..h5inspect import DatasetReport, FileReport

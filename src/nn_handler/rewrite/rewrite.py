@@ -18,9 +18,7 @@ from typing import Any, cast
 import h5py
 import numpy as np
 
-from nn_handler._io.file.options import FileOptions
-from nn_handler._io.file.source import H5Source, load_plugins
-from nn_handler._io.formats.sparse_layout import SparseLayout, sparse_layouts
+from nn_handler._io import FileOptions, H5Source, SparseLayout, load_plugins, sparse_layouts
 
 from ..h5inspect import inspect_file
 from .atomic import atomic_output, check_output

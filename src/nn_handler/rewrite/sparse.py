@@ -18,9 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from nn_handler._io.file.source import H5Source
-from nn_handler._io.formats.sparse_layout import SparseLayout
-from nn_handler._io.rows.reader import RowReader
+from nn_handler._io import H5Source, RowReader, SparseLayout
 
 from .chunking import SEQUENTIAL_BYTES, chunk_rows
 from .codecs import Codec, have_imagecodecs

@@ -36,7 +36,6 @@ import numpy as np
 
 from ..errors import CorruptFileError
 from ..file.chunk_walk import WrittenChunks, read_direct_chunk
-from ..storage.byte_source import LocalFile
 from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
 from .pool import run_parallel
 from .table import ChunkTable
@@ -234,7 +233,7 @@ class TableChunks(_Blocks):
     def __init__(self, geometry: Geometry, table: ChunkTable, pipeline: ChunkPipeline) -> None:
         self.geometry, self.table, self.pipeline = geometry, table, pipeline
         self._h5py = H5pyBlocks(geometry)
-        self.batches_reads = not isinstance(table.file, LocalFile)
+        self.batches_reads = table.local is None
         # a local file: small chunks stored side by side read in spans (``fill_run``)
         self.reads_runs = not self.batches_reads
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import FileChangedError
 from ..file.chunk_walk import read_chunk_index
 from ..process import PerProcess
-from ..storage.byte_source import ByteSource, LocalFile
+from ..storage.byte_source import ByteSource, LocalBytes, LocalFile
 from ..storage.chunk_index import ChunkIndex
 from ..storage.identity import FileIdentity, SourceIdentity, identity_of_fd
 
@@ -52,6 +52,8 @@ class ChunkTable:
         self.file, self.path, self.key = file, file.name, key
         self.offsets, self.sizes, self.masks = offsets, sizes, masks
         self._identity = identity
+        #: the file when the kernel reads it (advice, a descriptor to check); None: a store
+        self.local: LocalBytes | None = file if isinstance(file, LocalBytes) else None
         self._end = int((offsets + sizes).max()) if offsets.size else 0
         # "checked in this process" and the read buffers belong to one process: see process.py
         self._checked: PerProcess[bool] = PerProcess()
@@ -145,9 +147,9 @@ class ChunkTable:
         store: nothing (its reads are batched requests already).
         """
         ids = np.asarray(blocks, dtype=np.int64)
-        if ids.size and isinstance(self.file, LocalFile):
+        if ids.size and self.local is not None:
             starts = self.offsets[ids]
-            self.file.advise(starts, starts + self.sizes[ids])
+            self.local.advise(starts, starts + self.sizes[ids])
 
     def _read(
         self,
@@ -160,7 +162,7 @@ class ChunkTable:
         try:
             self.file.read_ranges(ranges, buffers)
         except FileChangedError as exc:
-            if not isinstance(self.file, LocalFile):
+            if self.local is None:
                 raise  # a store's own error: it names the URL and what changed
             raise FileChangedError(
                 f"{self.path!r}, dataset {self.key!r}: chunks {list(blocks)[:8]} should lie at "
@@ -170,10 +172,10 @@ class ChunkTable:
             ) from exc
 
     def _check_file(self) -> bool:
-        if not isinstance(self.file, LocalFile) or not isinstance(self._identity, FileIdentity):
+        if self.local is None or not isinstance(self._identity, FileIdentity):
             self._check_size(self.file.size())  # a store: each request checks the version
             return True
-        current = identity_of_fd(self.file.descriptor())
+        current = identity_of_fd(self.local.descriptor())
         if not self._identity.same_file(current):
             raise FileChangedError(
                 f"{self.path!r} is no longer the file whose chunk table was read for dataset "

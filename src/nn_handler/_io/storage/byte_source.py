@@ -42,6 +42,7 @@ from .identity import FileIdentity, SourceIdentity, check_identity, identity_of_
 __all__ = [
     "Buffer",
     "ByteSource",
+    "LocalBytes",
     "LocalFile",
     "Mappable",
     "MappedFile",
@@ -111,6 +112,21 @@ class ReadsMetadata(ByteSource, Protocol):
 
     def read_metadata(self, ranges: Sequence[tuple[int, int]], buffers: Sequence[Buffer]) -> None:
         """As ``read_ranges``, for ranges of metadata that every process of the job reads."""
+
+
+@runtime_checkable
+class LocalBytes(ByteSource, Protocol):
+    """A byte source this machine's kernel reads (a local file).
+
+    A request costs no round trip, the kernel reads ahead where advised, and an open descriptor
+    says which file it is.
+    """
+
+    def advise(self, starts: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> None:
+        """Ask the kernel to read bytes ``[starts[k], ends[k])`` ahead (no wait)."""
+
+    def descriptor(self) -> int:
+        """This process's open descriptor of the file (opened and checked on first use)."""
 
 
 class LocalFile:

@@ -49,7 +49,7 @@ from ..platform import FORK, off
 from ..process import process_generation, started_process_alive
 from . import locks
 from .byte_source import shared_file_memory, shared_memory
-from .region_sweep import hold, sweep, sweep_name
+from .region_sweep import hold, sweep_name, sweep_regions
 from .shm_folder import (
     NAMED,
     PINS,
@@ -328,7 +328,7 @@ def node_regions_bytes() -> int:
 
     Dead ones are swept first: they never count.
     """
-    sweep()
+    sweep_regions()
     return sum(info.size for info in list_regions())
 
 

@@ -12,7 +12,7 @@ default: the process then ends by the signal as it would have). torch's DataLoad
 on SIGTERM without running Python, so the process that started them sweeps until they are gone
 (a second at most) before it goes on.
 
-``sweep(uid)`` serves ``nn-handler regions --sweep`` (root sweeps every user's folder).
+``sweep_regions(uid)`` serves ``nn-handler regions --sweep`` (root sweeps every user's folder).
 Only named regions and pins are held (Linux: ``node_memory.NAMED``): elsewhere no SIGTERM handler
 is set and nothing is swept.
 """
@@ -44,9 +44,9 @@ from .shm_folder import (
 __all__ = [
     "Held",
     "hold",
-    "sweep",
     "sweep_name",
     "sweep_now_and_then",
+    "sweep_regions",
 ]
 
 _SWEEP_EVERY_S = 1.0
@@ -84,10 +84,10 @@ def sweep_now_and_then() -> None:
     if locks.OFD and now - _last_sweep >= _SWEEP_EVERY_S:
         _last_sweep = now
         with contextlib.suppress(OSError):
-            sweep()
+            sweep_regions()
 
 
-def sweep(uid: int | None = None) -> int:
+def sweep_regions(uid: int | None = None) -> int:
     """Unlink ``uid``'s regions (this user's by default) that no live process uses or pins.
 
     Returns how many went. A folder that is missing or not the user's is left alone.
@@ -129,7 +129,7 @@ def _release_all() -> None:
 def _release_and_sweep() -> None:
     _release_all()
     with contextlib.suppress(OSError):
-        sweep()
+        sweep_regions()
 
 
 def _arrange_release() -> None:
@@ -176,7 +176,7 @@ def _sweep_as_children_end() -> None:
     while True:
         done = not multiprocessing.active_children() or time.monotonic() >= deadline
         with contextlib.suppress(OSError):
-            sweep()
+            sweep_regions()
         if done:
             return
         time.sleep(0.01)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io.indices import IndexArray
+from ..._io import IndexArray
 from .._tensors.tensors import to_tensor
 from .fields import VALID_MASK, OutputField
 from .file_pool import FilePool

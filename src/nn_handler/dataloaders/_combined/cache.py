@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.indices import IndexArray
+from ..._io import IndexArray
 from ..._validate import check_non_negative_int
 
 __all__ = ["LRUSlots", "SampleCache", "unique_in_order"]

@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.file.filters import check_filters_at
-from ..._io.file.source import H5Source, dataset_keys
-from ..._io.file.types import is_string_dtype
-from ..._io.formats.members import describe_field
-from ..._io.rows.keys import FIELD_SEPARATOR
+from ..._io import (
+    FIELD_SEPARATOR,
+    H5Source,
+    check_filters_at,
+    dataset_keys,
+    describe_field,
+    is_string_dtype,
+)
 from ..._validate import format_names
 
 __all__ = [

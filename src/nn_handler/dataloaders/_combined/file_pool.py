@@ -17,12 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.file.options import FileOptions
-from ..._io.file.paths import check_paths
-from ..._io.file.source import H5Source
-from ..._io.indices import IndexArray
-from ..._io.process import PerProcess
-from ..._io.rows.fields import Reader, open_reader
+from ..._io import FileOptions, H5Source, IndexArray, PerProcess, Reader, check_paths, open_reader
 from ..._validate import check_count
 from .fields import FileSchema
 

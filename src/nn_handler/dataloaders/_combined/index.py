@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.indices import IndexArray
+from ..._io import IndexArray
 from ..._validate import format_names
 from .batch import BatchPlan
 from .fields import (

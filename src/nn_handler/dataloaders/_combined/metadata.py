@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..._io.indices import IndexArray
+from ..._io import IndexArray
 from ..._validate import format_names
 from .fields import FieldInfo, FileSchema
 from .filters import FilterSpec

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.file import strings
-from ..._io.file.strings import BYTES, Where, as_bytes_array, decode_strings
+from ..._io import BYTES, Where, as_bytes_array, decode_strings, in_rows
+from ..._io import check_encoding as check_named_encoding
 
 __all__ = ["ARG", "BYTES", "Where", "as_bytes_array", "check_encoding", "decode_strings", "in_file"]
 
@@ -26,9 +26,9 @@ def check_encoding(value: Any) -> str:
     Raises:
         TypeError / ValueError: it is not.
     """
-    return strings.check_encoding(ARG, value)
+    return check_named_encoding(ARG, value)
 
 
 def in_file(field: str, path: str, rows: np.ndarray[Any, Any]) -> Where:
     """``Where`` for values of ``field`` read from rows ``rows`` of one file."""
-    return strings.in_rows(field, ARG, path, rows)
+    return in_rows(field, ARG, path, rows)

@@ -7,8 +7,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..._io.indices import is_scalar_index
-from ..._io.rows.plan import WindowPlan, block_rows_or_own, grow_cache
+from ..._io import WindowPlan, block_rows_or_own, grow_cache, is_scalar_index
 from .files import FileDataset
 
 __all__ = ["ChunkParts", "ChunkedDataset"]

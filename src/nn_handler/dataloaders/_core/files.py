@@ -10,9 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..._io.file.options import FileOptions, resolve_file_options
-from ..._io.file.source import H5Source
-from ..._io.notices import say_once
+from ..._io import FileOptions, H5Source, resolve_file_options, say_once
 from .._transport import output_buffer
 
 __all__ = ["FileDataset"]

@@ -9,10 +9,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from ..._io.indices import as_index_array
-from ..._io.rows.fields import Reader
-from ..._io.rows.reader import RowReader
-from ..._io.storage.remote.ranges import adjacent_chunks
+from ..._io import Reader, RowReader, adjacent_chunks, as_index_array
 from .._tensors.tensors import to_tensor
 from .._transport import in_worker_process
 from .chunks import ChunkedDataset, ChunkParts

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.file.source import H5Source
-from ..._io.formats.members import group_fingerprint, is_dataset_member, open_group
+from ..._io import H5Source, group_fingerprint, is_dataset_member, open_group
 from ..._validate import format_names
 from .index import SKIPPED_KEPT, FileIndex, NamePattern, list_samples
 from .sidecar import file_stamp, load_sidecar, save_sidecar

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.formats.members import is_dataset_member, member_names
+from ..._io import is_dataset_member, member_names
 from .natural import natural_order
 
 __all__ = ["SKIPPED_KEPT", "FileIndex", "NamePattern", "SampleIndex", "list_samples", "pack_names"]

@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.platform import BINARY
-from ..._io.storage.identity import FileIdentity
+from ..._io import BINARY, FileIdentity
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.rows.fields import Reader
+from ..._io import Reader
 
 __all__ = ["BLOCK_BYTES", "preload_rows", "windows"]
 

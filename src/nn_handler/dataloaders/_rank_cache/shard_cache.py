@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..._io.file.source import H5Source
-from ..._io.rows.fields import Reader, open_reader
+from ..._io import H5Source, Reader, open_reader
 from .._tensors.tensors import check_tensor_dtype
 from . import memory as _memory
 from .preload import preload_rows

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io.chunks.pool import decode_threads, run_parallel
-from ..._io.indices import IndexArray
+from ..._io import IndexArray, decode_threads, run_parallel
 from .columns import ColumnMap
 from .rows import Entries
 

@@ -12,11 +12,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..._io.file.options import FileOptions
-from ..._io.file.source import H5Source
-from ..._io.formats.sparse_csr import ensure_csr_sidecar
-from ..._io.formats.sparse_labels import LabelColumn, Strings, read_label
-from ..._io.formats.sparse_layout import SparseLayout, detect_layout, names_key, read_names
+from ..._io import (
+    FileOptions,
+    H5Source,
+    LabelColumn,
+    SparseLayout,
+    Strings,
+    detect_layout,
+    ensure_csr_sidecar,
+    names_key,
+    read_label,
+    read_names,
+)
 from .csc_direct import ColumnScanRows
 from .rows import CompressedRows
 

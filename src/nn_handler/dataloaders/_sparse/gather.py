@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.indices import IndexArray, plan_pieces
-from ..._io.rows.reader import RowReader
+from ..._io import IndexArray, RowReader, plan_pieces
 
 __all__ = ["gather_ranges"]
 

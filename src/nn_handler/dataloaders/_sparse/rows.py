@@ -13,10 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io.file.source import H5Source
-from ..._io.formats.sparse_layout import check_indptr
-from ..._io.indices import IndexArray
-from ..._io.rows.reader import RowReader
+from ..._io import H5Source, IndexArray, RowReader, check_indptr
 from .gather import gather_ranges
 
 __all__ = ["CompressedRows", "Entries"]

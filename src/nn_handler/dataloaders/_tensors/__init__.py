@@ -8,7 +8,7 @@ decode pool how many DataLoader workers share the cores (torch's worker info).
 
 from torch.utils.data import get_worker_info
 
-from ..._io.chunks.pool import set_worker_count
+from ..._io import set_worker_count
 
 
 def _loader_workers() -> int:

@@ -18,10 +18,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io.file.strings import Where, decode_strings
-from ..._io.indices import as_index_array, normalize_index
-from ..._io.rows.fields import Reader
-from ..._io.rows.kinds import SampleKind, sample_kind
+from ..._io import (
+    Reader,
+    SampleKind,
+    Where,
+    as_index_array,
+    decode_strings,
+    normalize_index,
+    sample_kind,
+)
 from ..._validate import format_names
 from .split import collect, split_batch
 from .tensors import to_tensor

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io.rows.kinds import sample_kind, unsupported_reason
+from ..._io import sample_kind, unsupported_reason
 
 __all__ = ["check_tensor_dtype", "to_tensor", "torch_dtype"]
 

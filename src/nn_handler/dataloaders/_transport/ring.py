@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..._io.process import PerProcess, process_stamp, started_process_alive
+from ..._io import PerProcess, process_stamp, started_process_alive
 from .pinned import pin_in_place
 from .shared_memory import in_worker_process, new_shared, shm_space
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..._io.platform import SHM_FOLDER, off
+from ..._io import SHM_FOLDER, off
 from ..._validate import format_bytes
 from .._tensors.tensors import torch_dtype
 

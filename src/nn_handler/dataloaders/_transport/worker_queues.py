@@ -32,7 +32,7 @@ from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from ..._io.platform import PIPE_ROOM, off
+from ..._io import PIPE_ROOM, off
 
 if PIPE_ROOM:
     import fcntl
