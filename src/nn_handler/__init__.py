@@ -8,12 +8,7 @@ never needs it.
 import typing
 from importlib import metadata as _metadata
 
-from . import (
-    _job_store,  # noqa: F401  (registers the job's store with the I/O layer)
-    _lazy,
-    dataloaders,
-    errors,
-)
+from . import _lazy, dataloaders, errors
 from ._training.checkpoint import CheckpointError
 from .distributed import World
 

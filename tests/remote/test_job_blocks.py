@@ -147,7 +147,7 @@ def dict_store() -> Any:
     store = DictStore()
     job_blocks.set_job_store(lambda: store)
     yield store
-    from nn_handler import _job_store  # the package's own provider back
+    from nn_handler.distributed import _job_store  # the package's own provider back
 
     job_blocks.set_job_store(_job_store._group_store)
 

@@ -87,9 +87,9 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
     from .rows.fields import Reader, open_reader, row_reader
     from .rows.follow import current_length, reader_at
     from .rows.keys import FIELD_SEPARATOR, field_key, resolve_key
-    from .rows.kinds import SampleKind, sample_kind, unsupported_reason
     from .rows.plan import WindowPlan, block_rows_or_own, grow_cache
     from .rows.reader import RowReader
+    from .rows.sample_kinds import SampleKind, sample_kind, unsupported_reason
     from .storage.byte_source import read_at
     from .storage.identity import FileIdentity
     from .storage.node_memory import NAMED, RegionInfo, list_regions

@@ -16,7 +16,7 @@ import numpy as np
 from ..._validate import format_names
 from ..file.source import H5Source
 from ..rows.keys import resolve_key
-from ..rows.kinds import dataset_dtype
+from ..rows.sample_kinds import dataset_dtype
 
 __all__ = [
     "FieldLayout",

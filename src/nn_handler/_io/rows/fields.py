@@ -21,8 +21,8 @@ import numpy as np
 from ..file.filters import check_filters
 from ..file.source import H5Source
 from .keys import ResolvedKey, resolve_key
-from .kinds import dataset_dtype
 from .reader import RowReader
+from .sample_kinds import dataset_dtype
 
 __all__ = ["FieldReader", "Reader", "open_reader", "row_reader"]
 

@@ -2,6 +2,9 @@
 
 Code takes a ``World`` as an argument instead of asking ``torch.distributed`` itself, so tests and
 notebooks can build one by hand; ``World.detect()`` finds the real one.
+
+Importing this package registers the process group's key-value store with the I/O layer
+(``_job_store.py``): ranks hand each other a stored object's metadata instead of each fetching it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ._validate import check_count
+from .._validate import check_count
+from . import _job_store  # noqa: F401  (registers the job's store with the I/O layer)
 
 __all__ = ["World", "barrier", "smallest_of_ranks"]
 

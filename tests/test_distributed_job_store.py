@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from nn_handler._io.storage.remote import job_blocks
-from nn_handler._job_store import _GroupStore
+from nn_handler.distributed._job_store import _GroupStore
 
 
 def test_the_first_claim_of_a_key_wins_and_its_value_reaches_the_others() -> None:

@@ -12,9 +12,9 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-__all__ = ["Kind", "SampleKind", "dataset_dtype", "sample_kind", "unsupported_reason"]
+__all__ = ["SampleKind", "SampleKindName", "dataset_dtype", "sample_kind", "unsupported_reason"]
 
-Kind = Literal["numeric", "string", "ragged", "compound", "unsupported"]
+SampleKindName = Literal["numeric", "string", "ragged", "compound", "unsupported"]
 
 # NumPy kind -> itemsizes torch has a dtype for (bool, ints, uints, floats, complex)
 _TORCH_SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
@@ -25,7 +25,7 @@ _WIDEST = {"f": "np.float64", "c": "np.complex128", "i": "np.int64", "u": "np.in
 class SampleKind:
     """The kind of a dtype, and for ``"ragged"`` the dtype of each row's elements."""
 
-    kind: Kind
+    kind: SampleKindName
     base: np.dtype[Any] | None = None  # element dtype of a ragged (variable-length) row
     reason: str = ""  # why an "unsupported" dtype is, and what to do
 

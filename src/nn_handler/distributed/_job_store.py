@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from ._io import JobStore, around_fork, process_generation, set_job_store
+from .._io import JobStore, around_fork, process_generation, set_job_store
 
 if TYPE_CHECKING:  # (torch's stubs name the class only where it is defined)
     from torch._C._distributed_c10d import Store
