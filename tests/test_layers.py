@@ -21,8 +21,8 @@
   pinned memory, queues, worker iterator, start method, worker threads) stands on ``_io`` and
   ``_tensors`` alone, and is reached through its interface (``_transport/__init__``) only: no
   module outside it imports a module inside it.
-* Samplers import nothing that reads files: their order is arithmetic on numbers (``_sharding``
-  only remembers which live datasets are rank shards).
+* Samplers import nothing that reads files: their order is arithmetic on numbers
+  (``_contracts.sharding`` only remembers which live datasets are rank shards).
 * Training frameworks are named in code in two places only: ``integrations`` (the adapters,
   each importing its framework) and ``samplers.frameworks`` (who splits a sampler's order besides
   the sampler, found without importing the framework); the samplers ask it, never a framework.
@@ -30,7 +30,7 @@
   on ``_io``, ``_tensors`` and the transport's interface alone, never on another dataset's
   internals or on a public module above them.
 * The dataset core (``_core``: file options, sources, chunk caches, windows, read-ahead, output
-  buffers) stands on ``_io``, ``_tensors``, ``_protocols`` and the transport's interface alone:
+  buffers) stands on ``_io``, ``_tensors``, ``_contracts`` and the transport's interface alone:
   no dataset, loader or sampler. Every public dataset module (one that opens files with
   ``FileOptions``) builds on it.
 * ``_training`` (NNHandler's internals) uses the public ``nn_handler.dataloaders`` surface only.
@@ -315,7 +315,7 @@ def test_the_shipped_bench_installs_nothing():
 
 
 def test_tensors_stand_on_io_only():
-    allowed = (TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+    allowed = (TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._contracts")
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
@@ -325,7 +325,7 @@ def test_tensors_stand_on_io_only():
 
 
 def test_transport_stands_on_io_and_tensors_only():
-    allowed = (TRANSPORT, TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._protocols")
+    allowed = (TRANSPORT, TENSORS, IO, "nn_handler._validate", "nn_handler.dataloaders._contracts")
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
         for m, imports in GRAPH.items()
@@ -351,8 +351,7 @@ def test_samplers_read_no_files():
     allowed = (
         "nn_handler._validate",
         "nn_handler.distributed",
-        "nn_handler.dataloaders._protocols",
-        "nn_handler.dataloaders._sharding",  # which live datasets are rank shards (no files)
+        "nn_handler.dataloaders._contracts",  # protocols; sharding: which datasets are rank shards
         *SAMPLERS,
     )
     offenders = {
@@ -412,7 +411,7 @@ def test_dataset_internals_stand_on_io_only(internals):
         "nn_handler._host",
         "nn_handler._validate",
         "nn_handler.distributed",
-        "nn_handler.dataloaders._protocols",
+        "nn_handler.dataloaders._contracts",
     )
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))
@@ -429,7 +428,7 @@ def test_the_dataset_core_stands_on_io_tensors_and_the_transport_interface():
         TENSORS,
         TRANSPORT,
         "nn_handler._validate",
-        "nn_handler.dataloaders._protocols",
+        "nn_handler.dataloaders._contracts",
     )
     offenders = {
         m: sorted(i for i in _own(imports) if not _within(i, *allowed))

@@ -24,17 +24,18 @@ __all__ = ["declared", "exports", "exports_declared"]
 class _Package(types.ModuleType):
     """A package whose public names are imported on first use (``exports``).
 
-    A name may be defined by a submodule of the same name (``wait_advice.wait_advice``). Python
-    sets a submodule on its package as it is first imported, which here (the package's
-    ``__init__`` imported nothing) would hide the name: the package keeps the name instead.
+    A public name may also be a submodule's name (``wait_advice``: the function, and the module
+    of the old import path). Python sets a submodule on its package as it is first imported,
+    which here (the package's ``__init__`` imported nothing) would hide the name: the package
+    keeps the name instead.
     """
 
-    _same_name: frozenset[str] = frozenset()
+    _where: Mapping[str, str] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         submodule = isinstance(value, types.ModuleType) and value.__name__.endswith(f".{name}")
-        if submodule and name in self._same_name:
-            value = getattr(value, name)
+        if submodule and name in self._where:
+            value = getattr(importlib.import_module(self._where[name], self.__name__), name)
         super().__setattr__(name, value)
 
 
@@ -68,8 +69,7 @@ def exports(package: str, modules: Mapping[str, Iterable[str]]) -> None:
 
     module = sys.modules[package]
     module.__class__ = _Package
-    same_name = frozenset(n for n, m in where.items() if m == f".{n}")
-    vars(module).update(__getattr__=getattr_, __dir__=dir_, _same_name=same_name)
+    vars(module).update(__getattr__=getattr_, __dir__=dir_, _where=where)
 
 
 def _submodule(package: str, name: str) -> Any:

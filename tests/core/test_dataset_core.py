@@ -20,8 +20,7 @@ from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.plan import WindowPlan
 from nn_handler._io.rows.reader import RowReader
 from nn_handler.dataloaders import batched_loader
-from nn_handler.dataloaders._core import ChunkedDataset, FileDataset, RowReaderDataset
-from nn_handler.dataloaders._protocols import (
+from nn_handler.dataloaders._contracts.protocols import (
     AdjacentChunks,
     ChunkAware,
     ExplainsWaits,
@@ -29,6 +28,7 @@ from nn_handler.dataloaders._protocols import (
     ReadsAhead,
     indexes_batches,
 )
+from nn_handler.dataloaders._core import ChunkedDataset, FileDataset, RowReaderDataset
 
 ROWS, WIDTH, CHUNK = 96, 5, 8
 

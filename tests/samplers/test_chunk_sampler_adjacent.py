@@ -14,7 +14,7 @@ from nn_handler._io.storage.remote.ranges import (
     adjacent_chunks,
 )
 from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset
-from nn_handler.dataloaders._protocols import AdjacentChunks, ChunkAware
+from nn_handler.dataloaders._contracts.protocols import AdjacentChunks, ChunkAware
 
 from helpers.resume import check_resume
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nn_handler.dataloaders import ChunkShuffleSampler
-from nn_handler.dataloaders._protocols import Refreshes
+from nn_handler.dataloaders._contracts.protocols import Refreshes
 from nn_handler.dataloaders.samplers import DistributedEpochSampler
 
 

@@ -24,7 +24,7 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
         decode_threads,
         set_decode_threads,
     )
-    from ._protocols import (
+    from ._contracts.protocols import (
         STATE_CONSUMED,
         STATE_EPOCH,
         STATE_SEED,
@@ -67,8 +67,7 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
     )
     from .shard_sampler import ShardEpochSampler
     from .transforms import decode_image
-    from .wait import WaitMeter, WaitSummary
-    from .wait_advice import wait_advice
+    from .wait import WaitMeter, WaitSummary, wait_advice
 
 _lazy.exports_declared(__name__)
 

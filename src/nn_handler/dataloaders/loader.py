@@ -38,8 +38,8 @@ from .._validate import (
     check_non_negative_int,
     usable_cores,
 )
-from . import _sharding
-from ._protocols import (
+from ._contracts import sharding
+from ._contracts.protocols import (
     ChunkAware,
     ChunkWindowed,
     PlansWindow,
@@ -385,7 +385,7 @@ def _own_sampler(
         sampler = shard.make_sampler(seed=seed, shuffle=shuffle)
     if sampler is None:
         return None
-    _sharding.check_not_resharded(dataset, sampler, "batched_loader")
+    sharding.check_not_resharded(dataset, sampler, "batched_loader")
     if isinstance(sampler, EpochShuffleSampler) and sampler.shard_of is None and shard is not None:
         sampler.shard_of = shard.world  # what the sampler serves: this rank's shard
     fit_chunk_cache(dataset, sampler)

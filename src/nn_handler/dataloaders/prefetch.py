@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from .._devices import check_device
 from .._validate import check_prefetch
-from ._protocols import set_epoch_once
+from ._contracts.protocols import set_epoch_once
 from ._tensors.structure import move as move  # used by _training and tests
 
 __all__ = ["DevicePrefetcher"]

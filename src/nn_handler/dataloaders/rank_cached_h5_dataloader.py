@@ -45,7 +45,7 @@ from .._validate import (
     numpy_dtype,
 )
 from ..distributed import World
-from . import _sharding
+from ._contracts import sharding
 from ._core import FileDataset
 from ._rank_cache import memory as _memory
 from ._rank_cache.shard_cache import CachePlan, fill_caches, open_readers, plan_cache, progress_bar
@@ -221,7 +221,7 @@ class RankMemCachedH5Dataset(FileDataset[Sample]):
         if device is not None and device.type != "cpu":
             self._move_to(device)
         self.is_pinned = pin_host_memory and self.x.device.type == "cpu" and self._pin()
-        _sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
+        sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
 
     # -- construction ------------------------------------------------------------------------
 
@@ -421,7 +421,7 @@ class RankMemCachedH5Dataset(FileDataset[Sample]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         # a copy in another process (a DataLoader worker, a spawned rank) is a shard there too
-        _sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
+        sharding.register_rank_sharded(self, self.world, (len(self), self.shard_size))
 
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {self._describe[0]}"]

@@ -34,8 +34,9 @@ How to write a new dataset class (say, ragged rows with offsets): one module und
    for a ``FileDataset`` subclass without one.
 
 The capabilities loaders and samplers ask for (``ChunkAware``, ``PlansWindow``, ``ReadsAhead``,
-``AdjacentChunks``, ``ExplainsWaits``, ``BatchIndexable``) are named in ``_protocols``; the
-layers above give them, so a subclass satisfies them without writing them out.
+``AdjacentChunks``, ``ExplainsWaits``, ``BatchIndexable``) are named in
+``_contracts/protocols.py``; the layers above give them, so a subclass satisfies them without
+writing them out.
 """
 
 from .chunks import ChunkedDataset, ChunkParts

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DistributedSampler, Sampler
 
-from .._protocols import STATE_CONSUMED, Resumable, splits_across_ranks
+from .._contracts.protocols import STATE_CONSUMED, Resumable, splits_across_ranks
 
 __all__ = ["ReadaheadSampler"]
 

@@ -33,7 +33,7 @@ import torch
 import torch.distributed
 from torch.utils.data import DataLoader
 
-from .._protocols import is_fork_only
+from .._contracts.protocols import is_fork_only
 from .worker_iter import worker_iterator
 
 __all__ = ["SafeStartDataLoader", "other_threads", "worker_context"]

@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._validate import check_count, check_parallel
-from .._protocols import AdjacentChunks, ChunkAware, Refreshes, VariableBlocks
+from .._contracts.protocols import AdjacentChunks, ChunkAware, Refreshes, VariableBlocks
 from .epoch import DistributedEpochSampler
 from .shards import EvenMode, steps_per_rank, wrap
 

@@ -36,8 +36,8 @@ from torch.utils.data import DistributedSampler
 
 from ..._validate import check_count, check_int, check_non_negative_int, check_seed
 from ...distributed import World, smallest_of_ranks
-from .._protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED, Refreshes
-from .._sharding import shard_world_of_length
+from .._contracts.protocols import STATE_CONSUMED, STATE_EPOCH, STATE_PHASES, STATE_SEED, Refreshes
+from .._contracts.sharding import shard_world_of_length
 from .elastic import Phase, check_phases, remaining_after
 from .frameworks import FrameworkSplit
 from .shards import EvenMode, equal_steps_option, fit_length, steps_per_rank, wrap

@@ -36,7 +36,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._protocols import WrapsSampler
+from .._contracts.protocols import WrapsSampler
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from ..._validate import check_choice, check_count
 from ...distributed import World
-from .._protocols import STATE_PHASES
+from .._contracts.protocols import STATE_PHASES
 from .epoch import EpochShuffleSampler, epoch_permutation
 from .shards import (
     EQUAL_STEPS,

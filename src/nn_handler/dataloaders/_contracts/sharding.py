@@ -15,8 +15,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ..distributed import World
-from ._protocols import is_rank_sharded, splits_across_ranks
+from ...distributed import World
+from .protocols import is_rank_sharded, splits_across_ranks
 
 __all__ = ["check_not_resharded", "register_rank_sharded", "shard_world_of_length"]
 

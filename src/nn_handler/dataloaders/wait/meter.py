@@ -26,8 +26,8 @@ from typing import Generic, TypeVar
 import numpy as np
 import torch
 
-from .._validate import check_non_negative_int
-from .wait_advice import wait_advice
+from ..._validate import check_non_negative_int
+from .advice import wait_advice
 
 __all__ = ["WaitMeter", "WaitSummary"]
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from torch.utils.data import BatchSampler, DistributedSampler
 
-from ..distributed import World
+from ...distributed import World
 
 if TYPE_CHECKING:  # samplers import this module: no file-reading code at run time
-    from .._io import WindowPlan
+    from ..._io import WindowPlan
 
 __all__ = [
     "STATE_CONSUMED",
