@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._io import IndexArray
+from ..._io import IndexArray, Where, decode_strings
 from .._tensors.tensors import to_tensor
 from .fields import VALID_MASK, OutputField
 from .file_pool import FilePool
 from .metadata import valid_steps
-from .strings import ARG, Where, decode_strings, in_file
+from .strings import ARG, in_file
 
 __all__ = [
     "BatchPlan",

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..._io import BYTES, as_bytes_array
 from ..._validate import check_callable, check_int, check_non_negative_int, check_probability
-from .strings import BYTES, as_bytes_array, check_encoding
+from .strings import check_encoding
 
 __all__ = ["FILTERS", "FilterSpec", "WhereFn"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._io import IndexArray
+from ..._io import IndexArray, as_bytes_array
 from ..._validate import format_names
 from .batch import BatchPlan
 from .fields import (
@@ -39,7 +39,6 @@ from .metadata import (
     removed_total,
     select_rows,
 )
-from .strings import as_bytes_array
 
 __all__ = ["IndexResult", "build_index"]
 

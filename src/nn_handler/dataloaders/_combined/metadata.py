@@ -15,11 +15,11 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..._io import IndexArray
+from ..._io import IndexArray, decode_strings
 from ..._validate import format_names
 from .fields import FieldInfo, FileSchema
 from .filters import FilterSpec
-from .strings import decode_strings, in_file
+from .strings import in_file
 
 __all__ = [
     "ColumnSource",

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..._io import BYTES, Where, as_bytes_array, decode_strings, in_rows
+from ..._io import Where, in_rows
 from ..._io import check_encoding as check_named_encoding
 
-__all__ = ["ARG", "BYTES", "Where", "as_bytes_array", "check_encoding", "decode_strings", "in_file"]
+__all__ = ["ARG", "check_encoding", "in_file"]
 
 #: The argument that chooses the encoding, as messages name it.
 ARG = "guid_encoding"
