@@ -3,6 +3,8 @@
 Each decoder writes into the destination it is given and returns the part of it that it filled;
 ``ChunkPipeline`` (``codecs.py``) chains them and checks sizes. This module holds what every
 decoder shares and HDF5's built-in filters; ``plugins.py`` holds the filters of ``hdf5plugin``.
+Each ``Decoder`` is the decode half of its filter's record in ``codec_registry.py`` (which gives
+its id; this table is checked against the records by ``tests/io/test_codec_registry.py``).
 The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``; imported on first use,
 ``libraries.py``), whose functions release the GIL, with a standard-library or NumPy fallback for
 HDF5's built-in filters:
