@@ -219,11 +219,12 @@ def _advice(
     if r.kind in ("scalar", "empty", "dimension", "unsupported"):
         return kind_line
     if missing:
-        names = ", ".join(f"{f.code} ({f.name})" for f in missing)
+        names = ", ".join(f.title for f in missing)
+        sources = "; ".join(dict.fromkeys(f.source for f in missing))
         return [
             *kind_line,
             f"filter {names} cannot be decoded here: datasets refuse this key at construction; "
-            "pip install hdf5plugin, or set HDF5_PLUGIN_PATH to a directory with the plugin",
+            f"{sources}",
         ]
     if r.storage_bytes == 0:
         return [*kind_line, "never written (0 bytes stored): every read returns the fill value"]

@@ -164,7 +164,7 @@ def _pytables_table(table: h5py.Dataset, path: str, file_path: str) -> Structure
     names = list(table.dtype.names or ())
     keys = [field_key(path, n) for n in names]
     fields = ", ".join(_describe_field(table, n) for n in names)
-    missing = [f"{f.code} ({f.name})" for f in filters_of(table) if not f.available]
+    missing = [f.title for f in filters_of(table) if not f.available]
     if missing:  # naming a constructor that would refuse the key helps no one
         text = f"PyTables table: {fields}; filter {', '.join(missing)} is not available here"
         return Structure(path, "pytables-table", text, keys)

@@ -18,6 +18,7 @@ Inside:
   hands down, and following a growing file.
 * ``formats/``: what is not rows of one dataset: whole datasets as samples, attributes, groups,
   sparse matrices.
+* ``codec_registry``: every HDF5 filter as one record (id, name, decoder, encoder, levels).
 * ``errors``, ``process`` (``PerProcess``, the one new-process guard), ``indices``, ``notices``
   and ``platform`` (what the operating system offers) serve all.
 """
@@ -28,8 +29,10 @@ from .._lazy import exports_declared
 
 if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names to modules)
     from .chunks.decoded import decoded_budget
+    from .chunks.decoders import Step
     from .chunks.order_cost import random_order_advice, rewrite_command
     from .chunks.pool import decode_threads, run_parallel, set_decode_threads, set_worker_count
+    from .codec_registry import CODECS, SHUFFLE, FilterCodec, written
     from .errors import (
         CorruptFileError,
         DataFileError,
@@ -52,7 +55,6 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
         in_rows,
     )
     from .file.types import is_string_dtype
-    from .filter_ids import LZ4, ZSTD
     from .formats.attrs import LabelReader
     from .formats.members import (
         describe_field,
@@ -104,6 +106,7 @@ exports_declared(__name__)
 __all__ = [
     "BINARY",
     "BYTES",
+    "CODECS",
     "CorruptFileError",
     "DataFileError",
     "ExternalDataError",
@@ -111,11 +114,11 @@ __all__ = [
     "FileChangedError",
     "FileIdentity",
     "FileOptions",
+    "FilterCodec",
     "FilterInfo",
     "H5Source",
     "IndexArray",
     "JobStore",
-    "LZ4",
     "LabelColumn",
     "LabelReader",
     "LockingMode",
@@ -129,13 +132,14 @@ __all__ = [
     "RemoteReadError",
     "RowReader",
     "SHM_FOLDER",
+    "SHUFFLE",
     "SampleKind",
     "SampleReader",
     "SparseLayout",
+    "Step",
     "Strings",
     "Where",
     "WindowPlan",
-    "ZSTD",
     "adjacent_chunks",
     "around_fork",
     "as_bytes_array",
@@ -197,4 +201,5 @@ __all__ = [
     "started_process_alive",
     "sweep_regions",
     "unsupported_reason",
+    "written",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..rewrite.codecs import choices, levels_help
 from ._options import add_storage_option, storage_options_of
 
 
@@ -27,10 +28,10 @@ def add_rewrite(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-bytes", default="1MiB", help="decoded bytes per chunk (default 1MiB)")
     p.add_argument("--sparse-chunk-bytes", default="16KiB",
                    help="bytes per chunk of a sparse matrix's data (default 16KiB)")  # fmt: skip
-    p.add_argument("--codec", choices=("zstd", "lz4", "gzip", "none"), default=None,
+    p.add_argument("--codec", choices=choices(), default=None,
                    help="default: zstd (gzip without hdf5plugin), none for data that does not "
                    "compress")  # fmt: skip
-    p.add_argument("--level", type=int, default=None, help="zstd 1-22 (3), gzip 1-9 (4)")
+    p.add_argument("--level", type=int, default=None, help=levels_help())
     p.add_argument("--dtype", action="append", default=[], metavar="KEY=DTYPE",
                    help="write KEY as DTYPE, e.g. x=float32 (repeatable)")  # fmt: skip
     p.add_argument(

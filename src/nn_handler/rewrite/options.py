@@ -18,7 +18,7 @@ from .._validate import (
     parse_size,
     usable_cores,
 )
-from .codecs import CODECS, check_level, default_codec, plugin_available
+from .codecs import check_level, default_codec, record_of
 
 __all__ = ["MEMORY_SHARES", "MIN_MEMORY", "RewriteOptions", "parse_size"]
 
@@ -43,10 +43,12 @@ class RewriteOptions:
             many entries of ``indices``): small, because ``H5SparseDataset`` gathers each
             row's run from the chunks around it (docs/performance.md compares chunk
             sizes).
-        codec: ``"zstd"``, ``"lz4"``, ``"gzip"`` or ``"none"``; None (auto): zstd when
+        codec: One of ``codecs.choices()`` (``"zstd"``, ``"lz4"``, ``"gzip"``, ``"none"``: the
+            records of ``codec_registry`` with an encoder, and none); None (auto): zstd when
             hdf5plugin is installed (so plain h5py reads the result), else gzip, and no
             compression for a dataset whose sample chunk does not compress.
-        level: Compression level (zstd 1-22, gzip 1-9); None: the codec's default.
+        level: Compression level (its record's levels: zstd 1-22, gzip 1-9); None: the codec's
+            default.
         dtypes: New dtypes per dataset path (numeric datasets only).
         shuffle_rows: Seed of the row permutation, or None to keep the order.
         memory: Bytes the rewrite may hold at once (buffers, caches, compression queue).
@@ -74,11 +76,8 @@ class RewriteOptions:
         check_positive_int("chunk_bytes", self.chunk_bytes)
         set_(self, "sparse_chunk_bytes", parse_size("sparse_chunk_bytes", self.sparse_chunk_bytes))
         check_positive_int("sparse_chunk_bytes", self.sparse_chunk_bytes)
-        if self.codec is not None and self.codec not in CODECS:
-            raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {self.codec!r}")
-        if self.codec in ("zstd", "lz4") and not plugin_available():
-            raise ValueError(f"codec={self.codec!r} needs hdf5plugin to be read back (pip "
-                             "install hdf5plugin); codec='gzip' needs nothing")  # fmt: skip
+        if self.codec is not None:
+            _check_readable(self.codec)
         set_(self, "level", check_level(self.codec_name, self.level))
         set_(self, "dtypes", _dtypes(self.dtypes))
         if self.shuffle_rows is not None:
@@ -106,6 +105,14 @@ class RewriteOptions:
     def share(self) -> int:
         """A quarter of ``memory``: the bound of the cache, of the slab and of the queue."""
         return self.memory // 4
+
+
+def _check_readable(codec: str) -> None:
+    """Refuse a codec that is not one of ours, or that plain h5py here could not read back."""
+    record = record_of(codec)
+    if record is not None and not record.readable_here():
+        raise ValueError(f"codec={codec!r} cannot be read back here: {record.source}; "
+                         f"codec={default_codec()!r} needs nothing")  # fmt: skip
 
 
 def _keys(keys: Any) -> tuple[str, ...] | None:

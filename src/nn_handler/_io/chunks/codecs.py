@@ -3,7 +3,8 @@
 h5py runs every HDF5 call under one global lock, so threads cannot decompress in parallel
 through it. The raw (still filtered) bytes of a chunk come out quickly (``pread`` or
 ``read_direct_chunk``); ``ChunkPipeline.decode_into(raw, filter_mask, out)`` then undoes the
-filters (``decoders.py``: libraries that release the GIL) straight into ``out``, a slot of the
+filters (each filter's record in ``codec_registry.py``; the decoders in ``decoders.py`` and
+``plugins.py``: libraries that release the GIL) straight into ``out``, a slot of the
 decoded-chunk window or the caller's batch, so a thread pool decodes chunks in parallel.
 
 ``pipeline_for`` is the one guard: a pipeline only when every filter is one we decode here
@@ -29,46 +30,28 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..codec_registry import CODECS, DEFLATE, FLETCHER32, SHUFFLE, decoder_of
 from ..file.layout import stored_as_values
 from .decoders import (
-    BITSHUFFLE,
-    BLOSC,
-    BLOSC2,
-    BUILTIN,
-    DEFLATE,
-    FLETCHER32,
-    LZ4,
-    SHUFFLE,
-    ZSTD,
     Buffer,
     ChunkDecodeError,
+    Decoder,
+    Filter,
     Step,
     UnsupportedChunkError,
     inflate_head,
     inflate_many,
-    load_builtin,
     scratch,
     strip_checksum,
     unshuffle_rows,
 )
-from .plugins import PLUGINS
-from .plugins import decodable as _plugin_decodable
 from .shuffle import unshuffle_head
 
 __all__ = [
-    "BITSHUFFLE",
-    "BLOSC",
-    "BLOSC2",
-    "DEFLATE",
-    "FLETCHER32",
-    "LZ4",
-    "SHUFFLE",
-    "ZSTD",
     "ChunkDecodeError",
     "ChunkPipeline",
     "UnsupportedChunkError",
     "pipeline_for",
-    "supported_filters",
 ]
 
 _CHECKSUM = 4
@@ -77,9 +60,11 @@ _BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs fo
 # above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
 _BATCHED_MAX_BYTES = 2 * 1024
 _SIZE_KEEPING = frozenset({SHUFFLE, FLETCHER32})  # steps whose output size is fixed by the chunk
-# every step but Fletcher-32 (``strip_checksum``)
-_UNDO = {**BUILTIN, **{code: plugin.undo for code, plugin in PLUGINS.items()}}
-_KNOWN = (*BUILTIN, FLETCHER32, *PLUGINS)
+# filter id -> how to undo it, for every filter a record decodes (Fletcher-32 is stripped by
+# ``strip_checksum``: a sum checks its input and fills no destination)
+_UNDO: dict[int, Filter] = {
+    code: record.decoder.undo for code, record in CODECS.items() if record.decoder is not None
+}
 
 
 @dataclass(frozen=True)
@@ -258,11 +243,6 @@ def _bytes_of(raw: Any) -> Buffer:
     return raw if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
 
 
-def supported_filters() -> set[int]:
-    """Filter ids decoded here in this environment (with their default parameters)."""
-    return {code for code in _KNOWN if _decodable(Step(code, (), 1))}
-
-
 def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
     """The pipeline for a chunked dataset whose every filter we decode, else None (h5py must).
 
@@ -278,14 +258,20 @@ def pipeline_for(dset: h5py.Dataset) -> ChunkPipeline | None:
         Step(int(code), tuple(int(v) for v in values), itemsize)
         for code, _, values, _ in (plist.get_filter(i) for i in range(plist.get_nfilters()))
     )
-    if not steps or not all(_decodable(step) for step in steps):
+    decoders = _decoders(steps)
+    if not decoders or itemsize == 0 or not stored_as_values(dset):
         return None
-    if itemsize == 0 or not stored_as_values(dset):
-        return None
-    for step in steps:  # (a plugin's library was imported when ``_decodable`` asked for it)
-        load_builtin(step)
+    for decoder in decoders:
+        decoder.prepare()
     return ChunkPipeline(steps, tuple(int(c) for c in dset.chunks), dset.dtype)
 
 
-def _decodable(step: Step) -> bool:
-    return step.code in BUILTIN or step.code == FLETCHER32 or _plugin_decodable(step)
+def _decoders(steps: tuple[Step, ...]) -> list[Decoder]:
+    """Each step's decoder, or [] when a step is not decoded here (its library not asked for)."""
+    found = []
+    for step in steps:
+        decoder = decoder_of(step)
+        if decoder is None:
+            return []
+        found.append(decoder)
+    return found

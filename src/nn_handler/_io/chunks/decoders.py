@@ -3,6 +3,8 @@
 Each decoder writes into the destination it is given and returns the part of it that it filled;
 ``ChunkPipeline`` (``codecs.py``) chains them and checks sizes. This module holds what every
 decoder shares and HDF5's built-in filters; ``plugins.py`` holds the filters of ``hdf5plugin``.
+Each ``Decoder`` is the decode half of its filter's record in ``codec_registry.py`` (which gives
+its id; this table is checked against the records by ``tests/io/test_codec_registry.py``).
 The work is done by ``imagecodecs`` (``pip install nn-handler[fast]``; imported on first use,
 ``libraries.py``), whose functions release the GIL, with a standard-library or NumPy fallback for
 HDF5's built-in filters:
@@ -28,28 +30,22 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..filter_ids import BITSHUFFLE, BLOSC, BLOSC2, DEFLATE, FLETCHER32, LZ4, SHUFFLE, ZSTD
 from .libraries import IMAGECODECS, Decode, library
 from .shuffle import FRAME, blosc_unshuffles, framed_fits, unshuffle_framed, unshuffle_planes
 
 __all__ = [
-    "BITSHUFFLE",
-    "BLOSC",
-    "BLOSC2",
-    "BUILTIN",
-    "DEFLATE",
-    "FLETCHER32",
-    "LZ4",
-    "SHUFFLE",
-    "ZSTD",
+    "CHECKSUM",
+    "INFLATE",
+    "UNSHUFFLE",
     "Buffer",
     "ChunkDecodeError",
     "Decode",
+    "Decoder",
     "Filter",
     "Step",
     "UnsupportedChunkError",
@@ -60,7 +56,6 @@ __all__ = [
     "inflate_into",
     "inflate_many",
     "library",
-    "load_builtin",
     "scratch",
     "strip_checksum",
     "unshuffle_into",
@@ -99,6 +94,32 @@ class Step:
 
 #: Undoes one step: (step, source, destination) -> the part of the destination it filled.
 Filter = Callable[[Step, Buffer, Buffer], Buffer]
+
+
+def _always(step: Step) -> bool:
+    return True
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How one filter is undone here: the decode half of its codec record (``codec_registry``).
+
+    Attributes:
+        undo: Undoes one step into the destination it is given.
+        available: Whether a step of it (its ``cd_values``) can be undone in this environment
+            (imports the library it asks about).
+        prepare: Imports what ``undo`` calls and runs its once-per-process checks, now:
+            ``pipeline_for`` calls it in the process that builds a dataset, so that forked
+            workers inherit the library instead of each importing it at its first chunk.
+    """
+
+    undo: Filter
+    available: Callable[[Step], bool] = field(default=_always)
+    prepare: Callable[[], None] = field(default=_nothing)
 
 
 _local = threading.local()
@@ -314,24 +335,25 @@ def _unshuffle(step: Step, src: Buffer, dest: Buffer) -> Buffer:
     return dest
 
 
-#: Filter id -> how to undo it, for the filters built into HDF5 (Fletcher-32: ``strip_checksum``).
-BUILTIN: dict[int, Filter] = {DEFLATE: _inflate, SHUFFLE: _unshuffle}
-
-#: Filter id -> the ``imagecodecs`` functions undoing a built-in filter calls (a plugin's are
-#: looked up when ``plugins.decodable`` asks for them).
-_BUILTIN_CALLS = {
-    DEFLATE: ("deflate_decode",),
-    SHUFFLE: ("blosc_decode",),
-    FLETCHER32: ("h5checksum_fletcher32",),
-}
+def _checksum(step: Step, src: Buffer, dest: Buffer) -> Buffer:
+    # (the pipeline strips sums itself: a sum checks its input and writes no destination)
+    return strip_checksum(src)
 
 
-def load_builtin(step: Step) -> None:
-    """Import what undoing built-in ``step`` calls, and run its once-per-process checks, now.
+def _load_inflate() -> None:
+    IMAGECODECS.load("deflate_decode")
 
-    ``codecs.pipeline_for`` calls it in the process that builds a dataset, so that forked
-    workers inherit the library instead of each importing it at its first chunk.
-    """
-    IMAGECODECS.load(*_BUILTIN_CALLS.get(step.code, ()))
-    if step.code == SHUFFLE:
-        blosc_unshuffles()
+
+def _load_unshuffle() -> None:
+    IMAGECODECS.load("blosc_decode")
+    blosc_unshuffles()
+
+
+def _load_checksum() -> None:
+    IMAGECODECS.load("h5checksum_fletcher32")
+
+
+#: HDF5's built-in filters, undone here with or without ``imagecodecs``.
+INFLATE = Decoder(_inflate, prepare=_load_inflate)
+UNSHUFFLE = Decoder(_unshuffle, prepare=_load_unshuffle)
+CHECKSUM = Decoder(_checksum, prepare=_load_checksum)

@@ -3,8 +3,9 @@
 Each reads HDF5's framing of its codec (the plugin's own header, where it has one), checks it
 against the destination, and lets the library decode into the destination with the GIL
 released. Without the library a filter is not decodable here and h5py reads the dataset. Both
-libraries are imported on first use (``libraries.py``): asking whether a step is ``decodable``
-imports the one its codec needs.
+libraries are imported on first use (``libraries.py``): asking whether a step is ``available``
+imports the one its codec needs. Each ``Decoder`` here is the decode half of its filter's record
+in ``codec_registry.py``.
 """
 
 from __future__ import annotations
@@ -12,20 +13,14 @@ from __future__ import annotations
 import functools
 import importlib
 import struct
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .decoders import (
-    BITSHUFFLE,
-    BLOSC,
-    BLOSC2,
-    LZ4,
-    ZSTD,
     Buffer,
     ChunkDecodeError,
-    Filter,
+    Decoder,
     Step,
     UnsupportedChunkError,
     call,
@@ -33,7 +28,13 @@ from .decoders import (
 )
 from .libraries import IMAGECODECS
 
-__all__ = ["PLUGINS", "Plugin", "decodable"]
+__all__ = [
+    "BITSHUFFLE_DECODER",
+    "BLOSC2_DECODER",
+    "BLOSC_DECODER",
+    "LZ4_DECODER",
+    "ZSTD_DECODER",
+]
 
 _BSHUF_NONE, _BSHUF_LZ4, _BSHUF_ZSTD = 0, 2, 3
 _BSHUF_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements; the rest is stored as is
@@ -214,25 +215,9 @@ def _blosc2_available(step: Step) -> bool:
     return _blosc2_package() is not None
 
 
-class Plugin(NamedTuple):
-    """How to undo one plugin filter, and whether a step of it can be undone here."""
-
-    undo: Filter
-    available: Callable[[Step], bool]
-
-
-#: Filter id -> how to undo it, for the plugin filters (one line per codec; its id and name
-#: in ``filter_ids.py``).
-PLUGINS: dict[int, Plugin] = {
-    ZSTD: Plugin(_zstd, lambda step: IMAGECODECS.zstd_decode is not None),
-    LZ4: Plugin(_lz4, lambda step: IMAGECODECS.lz4h5_decode is not None),
-    BITSHUFFLE: Plugin(_bitshuffle, _bitshuffle_available),
-    BLOSC: Plugin(_blosc, lambda step: IMAGECODECS.blosc_decode is not None),
-    BLOSC2: Plugin(_blosc2, _blosc2_available),
-}
-
-
-def decodable(step: Step) -> bool:
-    """True when ``step`` is a plugin filter whose library is installed here."""
-    plugin = PLUGINS.get(step.code)
-    return plugin is not None and plugin.available(step)
+#: The decode half of each plugin filter's record (``codec_registry``: its id and name).
+ZSTD_DECODER = Decoder(_zstd, lambda step: IMAGECODECS.zstd_decode is not None)
+LZ4_DECODER = Decoder(_lz4, lambda step: IMAGECODECS.lz4h5_decode is not None)
+BITSHUFFLE_DECODER = Decoder(_bitshuffle, _bitshuffle_available)
+BLOSC_DECODER = Decoder(_blosc, lambda step: IMAGECODECS.blosc_decode is not None)
+BLOSC2_DECODER = Decoder(_blosc2, _blosc2_available)

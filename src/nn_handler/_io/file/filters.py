@@ -1,4 +1,4 @@
-"""HDF5 filters (codecs): their names, who provides them, and a check before the first read.
+"""A dataset's HDF5 filters, named from ``codec_registry``, and a check before the first read.
 
 Without this check a dataset compressed with a filter whose plugin is missing builds fine and
 fails at the first read with HDF5's "can't open directory (/usr/local/lib/plugin)". HDF5 looks
@@ -17,14 +17,11 @@ from typing import Any
 
 import h5py
 
+from ..codec_registry import DEFLATE, name_of, where_to_get
 from ..errors import MissingFilterError
-from ..filter_ids import DEFLATE, FILTERS, name_of, where_to_get
 from .source import H5Source, load_plugins
 
-__all__ = ["FILTER_NAMES", "FilterInfo", "check_filters", "check_filters_at", "filters_of"]
-
-#: Filter id -> short name, for reports.
-FILTER_NAMES: dict[int, str] = {code: facts.name for code, facts in FILTERS.items()}
+__all__ = ["FilterInfo", "check_filters", "check_filters_at", "filters_of"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,16 @@ class FilterInfo:
     name: str
     values: tuple[int, ...]
     available: bool
+
+    @property
+    def title(self) -> str:
+        """Its id and name, as messages name a filter (``"32015 (zstd)"``)."""
+        return f"{self.code} ({self.name})"
+
+    @property
+    def source(self) -> str:
+        """Where a user gets it (``codec_registry``: a pip command, a plugin path)."""
+        return where_to_get(self.code)
 
     @property
     def label(self) -> str:
@@ -70,7 +77,7 @@ def check_filters(dset: h5py.Dataset, where: str, path: str | None = None) -> No
     missing = [f for f in filters_of(dset) if not f.available]
     if not missing:
         return
-    parts = [f"filter {f.code} ({f.name}): {where_to_get(f.code)}" for f in missing]
+    parts = [f"filter {f.title}: {f.source}" for f in missing]
     raise MissingFilterError(
         f"{where} is compressed with a filter HDF5 cannot decode in this environment: "
         f"{'; '.join(parts)}. Install the plugin, or point HDF5_PLUGIN_PATH at a directory "

@@ -32,6 +32,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ..codec_registry import DEFLATE, FLETCHER32
 from ..errors import CorruptFileError, DataFileError, ExternalDataError
 from ..storage.chunk_index import ChunkIndex, ChunkIndexStore
 from .chunk_walk import read_chunk_index
@@ -40,8 +41,6 @@ from .source import H5Source
 
 __all__ = ["Layout", "inspect_layout", "stored_as_values"]
 
-_FLETCHER32 = int(h5py.h5z.FILTER_FLETCHER32)
-_DEFLATE = int(h5py.h5z.FILTER_DEFLATE)
 _CHECKSUM_BYTES = 4
 _ORIGIN = b"${ORIGIN}"
 
@@ -98,7 +97,7 @@ def _inspect(dset: h5py.Dataset, source: H5Source, where: str) -> Layout:
 def _check_filter_values(plist: Any, where: str) -> None:
     for i in range(plist.get_nfilters()):
         code, _flags, values, _name = plist.get_filter(i)
-        if int(code) == _DEFLATE and not (len(values) == 1 and 0 <= values[0] <= 9):
+        if int(code) == DEFLATE and not (len(values) == 1 and 0 <= values[0] <= 9):
             # HDF5's own filter refuses to run then; our decoder would not need the level
             raise CorruptFileError(
                 f"{where} records gzip parameters {tuple(values)}; HDF5 accepts one level in "
@@ -192,7 +191,7 @@ def _check_chunks(
     all_skipped = (1 << nfilters) - 1
     fletcher = np.zeros(len(table), dtype=bool)
     for k in range(nfilters):
-        if int(plist.get_filter(k)[0]) == _FLETCHER32:
+        if int(plist.get_filter(k)[0]) == FLETCHER32:
             fletcher |= (masks >> k) & 1 == 0  # the checksum was applied to this chunk
     limit = np.iinfo(np.int64).max if size is None else size
     checks = [
