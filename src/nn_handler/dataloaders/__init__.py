@@ -9,7 +9,6 @@ spawned DataLoader worker imports what its dataset needs, not every dataset clas
 import typing
 
 from .. import _lazy
-from . import _tensors  # noqa: F401  (tells the decode pool how many loader workers share cores)
 
 if typing.TYPE_CHECKING:  # (the same names as _MODULES, for type checkers)
     from .._io.chunks.pool import decode_threads, set_decode_threads
