@@ -22,9 +22,10 @@ __all__ = ["exports"]
 class _Package(types.ModuleType):
     """A package whose public names are imported on first use (``exports``).
 
-    A name may be defined by a submodule of the same name (``wait_advice.wait_advice``). Python
-    sets a submodule on its package as it is first imported, which here (the package's
-    ``__init__`` imported nothing) would hide the name: the package keeps the name instead.
+    A name may be defined by a submodule of the same name
+    (``dataloaders.wait_advice.wait_advice``). Python sets a submodule on its package as it is
+    first imported, which here (the package's ``__init__`` imported nothing) would hide the
+    name: the package keeps the name instead.
     """
 
     _same_name: frozenset[str] = frozenset()
