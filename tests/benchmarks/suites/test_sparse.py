@@ -95,7 +95,7 @@ def test_main_skips_annbatch_it_may_not_install(tmp_path, capsys):
     assert "H5SparseDataset + EpochShuffleSampler, num_workers=0 | sparse_csr" in out
 
 
-_VENV = Path(__file__).resolve().parents[2] / "build" / "annbatch-venv"
+_VENV = Path(__file__).resolve().parents[3] / "build" / "annbatch-venv"  # the repository's
 
 
 @pytest.mark.slow  # converts and loads with annbatch in its own Python
