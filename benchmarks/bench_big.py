@@ -386,8 +386,8 @@ def report(rounds: list[dict[str, Any]]) -> None:
 
 def sparse_table(args: argparse.Namespace, folder: Path) -> str:
     """H5SparseDataset against the store peers on a .h5ad of ``--sparse-rows`` cells, cold."""
-    from benchmarks.suites.sparse import default_envs, prepare_stores, run_vs_stores
     from benchmarks.suites.sparse_data import write_sparse_h5ad_streamed
+    from benchmarks.suites.stores import default_envs, prepare_stores, run_vs_stores
 
     path = folder / f"cells-{args.sparse_rows}x20000-0.05-none.h5ad"
     if not path.exists():

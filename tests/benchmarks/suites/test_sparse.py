@@ -10,15 +10,9 @@ from benchmarks.cases import Conversion, PeerUnavailableError
 from benchmarks.peers.annbatch import AnnbatchUnavailableError, ensure_env
 from benchmarks.peers.scdataset import sparse_contender
 from benchmarks.registry import PEERS, Peer
-from benchmarks.suites.sparse import (
-    chunks_per_batch,
-    csc_choice,
-    main,
-    prepare_stores,
-    run_sparse_bench,
-    run_vs_stores,
-)
+from benchmarks.suites.sparse import chunks_per_batch, csc_choice, main, run_sparse_bench
 from benchmarks.suites.sparse_data import sparse_counts, write_sparse_h5ad
+from benchmarks.suites.stores import prepare_stores, run_vs_stores
 
 from nn_handler.dataloaders import H5SparseDataset
 
