@@ -3,6 +3,7 @@
 * ``harness``: rounds, alternation of contenders per round, medians, ratio tables and targets;
   every suite times through it.
 * ``registry``: the peers and limits, each registered once by its own module in ``peers``.
+* ``cases``: the types a suite hands its peers and gets back (a peer imports no suite).
 * ``suites``: the layout suite (``python benchmarks/run.py``), the workloads (W1–W4, RC) and
   the sparse rows; each asks the registry for its peers.
 

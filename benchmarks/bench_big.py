@@ -21,12 +21,13 @@ Measured in the same run, each round in turn (medians of ``--rounds`` rounds):
   caches; needs root, cgroup v1 or v2).
 
 ``--tables sparse`` runs single-cell rows instead: ``H5SparseDataset`` (``sparse_csr`` and dense
-batches, a full shuffle, 0 and 2 workers) against annbatch (its own environment, converted once
-into its store) on a ``.h5ad`` of ``--sparse-rows`` cells (1,000,000 x 20,000 at 5 %: 4 GB of
-stored values, written block by block), both sides' files evicted before every pass.
+batches, a full shuffle, 0 and 2 workers) against the registered store peers (annbatch: its own
+environment, converted once into its store) on a ``.h5ad`` of ``--sparse-rows`` cells
+(1,000,000 x 20,000 at 5 %: 4 GB of stored values, written block by block), both sides' files
+evicted before every pass.
 ``--sparse-ours FILE`` reads our rows from FILE instead, another ``.h5ad`` of the same cells
 (our own conversion: ``nn-handler rewrite cells.h5ad FILE --codec zstd --sparse-chunk-bytes
-256KiB --shuffle-rows 0``), while annbatch still converts the original; with
+256KiB --shuffle-rows 0``), while the store peers still convert the original; with
 ``NN_HANDLER_DECODED_BUDGET=0`` every pass of ours reads the compressed chunks from the disk.
 
 Run: ``python benchmarks/bench_big.py [--rows 170000] [--rounds 3] [--seconds 20]
@@ -384,26 +385,21 @@ def report(rounds: list[dict[str, Any]]) -> None:
 
 
 def sparse_table(args: argparse.Namespace, folder: Path) -> str:
-    """H5SparseDataset against annbatch on a .h5ad of ``--sparse-rows`` cells, every pass cold."""
-    from benchmarks.peers.annbatch import AnnbatchUnavailableError, default_venv, ensure_env
-    from benchmarks.suites.sparse import run_vs_annbatch
+    """H5SparseDataset against the store peers on a .h5ad of ``--sparse-rows`` cells, cold."""
     from benchmarks.suites.sparse_data import write_sparse_h5ad_streamed
+    from benchmarks.suites.stores import default_envs, prepare_stores, run_vs_stores
 
     path = folder / f"cells-{args.sparse_rows}x20000-0.05-none.h5ad"
     if not path.exists():
         print(f"writing {path} block by block …", flush=True)
         write_sparse_h5ad_streamed(path, args.sparse_rows, 20_000, 0.05)
-    env: Any
-    try:
-        env = ensure_env(args.annbatch_venv or default_venv())
-    except AnnbatchUnavailableError as err:
-        env = err
+    peers = prepare_stores(args.envs or default_envs())
     # annbatch holds add_adatas(dataset_size=) rows in memory while it converts: its 20GB
     # default is killed on a 24 GB machine; 4GB converts this file in five datasets
     ours = args.sparse_ours or str(path)  # (our own conversion of the same cells, if given)
-    return run_vs_annbatch(
-        ours, env, args.seconds, args.rounds, 4096, (0, 2), evict=evict_cold,
-        dataset_size="4GB", annbatch_h5ad=str(path),
+    return run_vs_stores(
+        ours, peers, args.seconds, args.rounds, 4096, (0, 2), evict=evict_cold,
+        dataset_size="4GB", source_h5ad=str(path),
     )  # fmt: skip
 
 
@@ -416,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", default=None, help="time another tree's src (PYTHONPATH)")
     p.add_argument("--tables", default="dense", help="dense, sparse or dense,sparse")
     p.add_argument("--sparse-rows", type=int, default=1_000_000, help="cells (1e9 values: 4 GB)")
-    p.add_argument("--annbatch-venv", default=None, help="annbatch's environment (made once)")
+    p.add_argument("--envs", default=None, help="the store peers' environments (made once)")
     p.add_argument(
         "--sparse-ours",
         default=None,

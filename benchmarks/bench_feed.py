@@ -63,9 +63,10 @@ from nn_handler.dataloaders import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmarks package
 
+from benchmarks.cases import WorkloadCase
 from benchmarks.harness import alternating, median, ratios
-from benchmarks.peers.decoder_limit import inflate_limit, raw_chunks
 from benchmarks.suites.workload_files import WORKLOADS, write_workload
+from benchmarks.suites.workloads import limit_for
 
 ROW_BYTES = 3 * 32 * 32 * 4 + 8  # one decoded W1/W2 row and its int64 label
 BIG, SMALL = 1024, 256  # W1 batches, W2 batches
@@ -656,7 +657,9 @@ def gpu_w1(
 
 def gpu_w2(w2: str, workers: Sequence[int], opts: Opts) -> list[Check]:
     """W2 on the host with every worker count / the decode limit on every core."""
-    raws = raw_chunks(w2)
+    with h5py.File(w2, "r") as f:
+        n = len(f[X_KEY])
+    limit = limit_for(WorkloadCase(w2, WORKLOADS["W2"], n, 256, opts.seconds))  # gzip: decode
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
     def chunked(count: int, mode: str) -> Metrics:
@@ -665,7 +668,7 @@ def gpu_w2(w2: str, workers: Sequence[int], opts: Opts) -> list[Check]:
 
     configs = _configs(workers)
     contenders: dict[str, Callable[[], Metrics]] = {
-        "decode limit": lambda: {"rate": inflate_limit(*raws, opts.seconds)[0]}
+        "decode limit": lambda: {"rate": limit.measure()[0]}
     }
     contenders.update(
         {name: (lambda c=count, m=mode: chunked(c, m)) for name, count, mode in configs}

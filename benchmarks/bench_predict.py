@@ -76,7 +76,7 @@ def _rank(rank: int, world: int, port: int, folder: str, rounds: int) -> None:
 
     handler = NNHandler(Identity, use_distributed=True, progress=False, log_fn=None)
     dataset = Rows(os.path.join(folder, "rows.npy"))
-    write_limit = adapters("predict", kind="limit")["h5py write, one process"]
+    (write_limit,) = adapters("predict", kind="limit").values()  # the one write limit
     times: dict[str, list[float]] = {"limit": [], "limit + fsync": [], "predict": []}
     chunk_rows = (1 << 20) // (dataset.rows.shape[1] * 4)
     for _, order in alternating(list(times), rounds):

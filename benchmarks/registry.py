@@ -1,8 +1,11 @@
 """The registry of peers and limits: each module in ``peers`` registers itself here once.
 
 A peer names, per suite, the adapter that suite calls (``"layouts"``, ``"workloads"``,
-``"sparse"``, ``"sparse-annbatch"``); the suite asks ``adapters(suite)`` and never names a peer.
-Adding a peer is one new module in ``peers`` and its import line in ``peers/__init__.py``.
+``"sparse"``, ``"sparse-store"``, ``"predict"``); the suite asks ``adapters(suite)`` and never
+names a peer, nor imports one. The types an adapter takes and gives live in ``cases``, which
+peers import instead of a suite. Adding a peer to every suite it can run is one new module in
+``peers`` (its ``register`` call lists its adapters) and its import line in
+``peers/__init__.py``.
 """
 
 from __future__ import annotations

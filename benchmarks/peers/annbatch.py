@@ -1,8 +1,8 @@
-"""annbatch (scverse) in the sparse benchmark: its environment, its runs, one table with ours.
+"""annbatch (scverse), a store peer of the sparse suite: its environment and its runs.
 
 Benchmark-time only: making annbatch's environment runs ``venv`` and ``pip``, which the shipped
-package never does; it happens only when the sparse benchmark's annbatch table is asked for
-(``--tables annbatch``, on by default there; ``--no-annbatch-install`` only looks).
+package never does; it happens only when the sparse benchmark's stores table is asked for
+(``--tables stores``, on by default there; ``--no-install`` only looks).
 
 annbatch needs Python >= 3.12 and no torch, so it runs in an environment of its own, through
 ``annbatch_worker.py`` (a standalone script) in a subprocess:
@@ -13,10 +13,9 @@ annbatch needs Python >= 3.12 and no torch, so it runs in an environment of its 
   ``AnnbatchUnavailableError`` with a one-line reason, which the benchmark prints instead of
   annbatch's rows;
 * ``AnnbatchRunner`` converts the ``.h5ad`` once (timed, with the converting process's peak
-  RSS) and times annbatch's loading in rounds interleaved with ours;
-* ``blocks_per_batch`` is the shuffle quality of the table (distinct 64-cell blocks of the
-  ``.h5ad`` per batch: a fully random batch of 4,096 out of 200,000 cells touches about 2,290
-  of the 3,125 blocks), and ``vs_annbatch_table`` merges both sides into one Markdown table.
+  RSS) and times annbatch's loading in rounds interleaved with ours.
+
+Its ``"sparse-store"`` adapter (``prepare``) is ``ensure_env`` on ``{envs}/annbatch-venv``.
 """
 
 from __future__ import annotations
@@ -27,13 +26,11 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-
-from ..harness import median as harness_median
+from ..cases import Conversion, Kind, PeerUnavailableError
 from ..registry import Peer, register
 from .annbatch_worker import MARKER
 
@@ -42,20 +39,14 @@ __all__ = [
     "AnnbatchEnv",
     "AnnbatchRunner",
     "AnnbatchUnavailableError",
-    "Conversion",
-    "Kind",
-    "Row",
-    "blocks_per_batch",
-    "default_venv",
     "ensure_env",
     "find_python",
     "parse_result",
+    "prepare",
     "rates_of",
-    "vs_annbatch_table",
 ]
 
 ANNBATCH_SPEC = "annbatch[zarrs,numba]==0.3.1"
-BLOCK = 64  # cells per block of the shuffle-quality measure
 _WORKER = str(Path(__file__).with_name("annbatch_worker.py"))
 _PROBE = (
     "import annbatch, numba, zarrs\n"
@@ -67,10 +58,8 @@ _INSTALL_TIMEOUT = 1800
 _CONVERT_TIMEOUT = 3600
 _PROBE_TIMEOUT = 120
 
-Kind = Literal["csr", "dense"]
 
-
-class AnnbatchUnavailableError(Exception):
+class AnnbatchUnavailableError(PeerUnavailableError):
     """annbatch cannot be installed or run here; the message is the one-line reason."""
 
 
@@ -81,25 +70,25 @@ class AnnbatchEnv:
     python: str
     version: str
 
+    @property
+    def name(self) -> str:
+        """``annbatch``: its name in the table."""
+        return "annbatch"
 
-@dataclass(frozen=True)
-class Conversion:
-    """annbatch's one-time conversion of the ``.h5ad``: time, peak RSS and store size."""
+    def runner(self, h5ad: str, batch: int, dataset_size: str | None) -> AnnbatchRunner:
+        """annbatch on ``h5ad``, its store next to it, batches of ``batch`` cells."""
+        store = f"{os.path.splitext(h5ad)[0]}.annbatch.zarr"
+        return AnnbatchRunner(self, h5ad, store, batch, dataset_size=dataset_size)
 
-    seconds: float
-    peak_rss_bytes: int
-    store_bytes: int
-
-
-@dataclass
-class Row:
-    """One table row: a loader, its batches (``kind``), its rates and its shuffle quality."""
-
-    loader: str
-    batches: str
-    kind: Kind
-    rates: list[float] = field(default_factory=list)
-    blocks: float | None = None
+    def notes(self, batch: int) -> list[str]:
+        """How it converts, loads and mixes, for the table."""
+        return [
+            "annbatch's batches are drawn from 32-cell store chunks whose cells its conversion "
+            "fixed (`DatasetCollection.add_adatas`, its defaults: a sharded Zarr store).",
+            f"annbatch: `Loader(batch_size={batch}, chunk_size=32, preload_nchunks=256, "
+            "shuffle=True).use_collection(collection, load_adata=X only)`, zarrs codec pipeline, "
+            f"in its own environment ({self.python}), a subprocess whose start is not timed.",
+        ]
 
 
 def _clean_env() -> dict[str, str]:
@@ -233,6 +222,19 @@ class AnnbatchRunner:
     #: ``add_adatas(dataset_size=)`` for the conversion (None: annbatch's 20GB)
     dataset_size: str | None = None
 
+    @property
+    def label(self) -> str:
+        """Its rows' loader name: version and loader settings."""
+        return (
+            f"annbatch {self.env.version} (chunk_size={self.chunk_size}, "
+            f"preload_nchunks={self.preload_nchunks})"
+        )
+
+    @property
+    def batches(self) -> dict[Kind, str]:
+        """What its passes serve: SciPy CSR batches, and the same made dense."""
+        return {"csr": "SciPy CSR", "dense": "SciPy CSR + .toarray()"}
+
     def _cmd(self, command: str, *extra: str) -> list[str]:
         return [self.env.python, _WORKER, command, self.h5ad, self.store, *extra]
 
@@ -286,70 +288,9 @@ def rates_of(result: dict[str, Any]) -> dict[Kind, float]:
     return {k: cells / s if s > 0 else float("nan") for k, (cells, s) in counts.items()}
 
 
-def blocks_per_batch(batches: np.ndarray[Any, Any], block: int = BLOCK) -> float:
-    """Mean number of distinct ``block``-cell blocks (``index // block``) per row of ``batches``.
-
-    ``batches`` is ``(n_batches, batch_size)``: the cell indices of full batches. NaN for none.
-    """
-    if batches.ndim != 2 or batches.shape[0] == 0 or batches.shape[1] == 0:
-        return float("nan")
-    keys = np.sort(np.asarray(batches, dtype=np.int64) // block, axis=1)
-    distinct = 1 + np.count_nonzero(np.diff(keys, axis=1), axis=1)
-    return float(distinct.mean())
+def prepare(envs: str, python: str | None = None, install: bool = True) -> AnnbatchEnv:
+    """The ``"sparse-store"`` adapter: ``ensure_env`` on ``{envs}/annbatch-venv``."""
+    return ensure_env(os.path.join(envs, "annbatch-venv"), python, install)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
-def vs_annbatch_table(
-    title: str,
-    rows: Sequence[Row],
-    *,
-    conversion: Conversion | None = None,
-    skip: str | None = None,
-    notes: Sequence[str] = (),
-) -> str:
-    """One Markdown table of every row's median cells/s, its ratio to annbatch, its mixing.
-
-    ``x annbatch`` divides by the median of the first annbatch row (``loader`` starting with
-    "annbatch") of the same ``kind``: sparse batches against annbatch's CSR, dense ones against
-    its ``.toarray()``. ``skip`` (annbatch could not run) is printed as a line under the table.
-    """
-    median = {id(r): harness_median(r.rates) for r in rows}
-    theirs: dict[str, float] = {}
-    for r in rows:
-        if r.loader.startswith("annbatch") and median[id(r)] > 0:  # NaN and 0 are no base
-            theirs.setdefault(r.kind, median[id(r)])
-    lines = [
-        title,
-        "",
-        f"| loader | batches | cells/s (median) | runs | x annbatch | {BLOCK}-cell blocks/batch |",
-        "|---|---|---:|---|---:|---:|",
-    ]
-    for r in rows:
-        rate = median[id(r)]
-        ratio = f"{rate / theirs[r.kind]:.2f}" if r.kind in theirs and r.rates else "-"
-        runs = ", ".join(f"{x:,.0f}" for x in r.rates) or "-"
-        blocks = "-" if r.blocks is None or np.isnan(r.blocks) else f"{r.blocks:,.0f}"
-        shown = "-" if np.isnan(rate) else f"{rate:,.0f}"
-        lines.append(f"| {r.loader} | {r.batches} | {shown} | {runs} | {ratio} | {blocks} |")
-    lines.append("")
-    if conversion is not None:
-        lines.append(
-            f"- annbatch's conversion first (`DatasetCollection.add_adatas`, its defaults): "
-            f"{conversion.seconds:.1f} s, peak RSS {_gb(conversion.peak_rss_bytes)}, "
-            f"a second copy of {_gb(conversion.store_bytes)} (sharded Zarr)."
-        )
-    if skip is not None:
-        lines.append(f"- annbatch: skipped ({skip}).")
-    lines.extend(f"- {note}" for note in notes)
-    return "\n".join(lines)
-
-
-def default_venv() -> str:
-    """``build/annbatch-venv`` under the working directory (git-ignored in this repository)."""
-    return os.path.join(os.getcwd(), "build", "annbatch-venv")
-
-
-register(Peer("annbatch", "peer", {"sparse-annbatch": ensure_env}))
+register(Peer("annbatch", "peer", {"sparse-store": prepare}))

@@ -16,7 +16,7 @@ from nn_handler.bench.contenders import X_KEY
 from ..registry import Peer, register
 
 if TYPE_CHECKING:
-    from ..suites.workloads import WorkloadCase
+    from ..cases import WorkloadCase
 
 NAME = "libdeflate"
 _RAW_BYTES = 256 * 1024**2  # raw chunks inflated to measure the decode limit

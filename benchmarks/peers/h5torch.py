@@ -15,7 +15,7 @@ from nn_handler.bench.timing import Result, batch_len, timed_pass
 from ..registry import Peer, register
 
 if TYPE_CHECKING:
-    from ..suites.workloads import WorkloadCase
+    from ..cases import WorkloadCase
 
 NAME = "h5torch"
 

@@ -16,7 +16,7 @@ from nn_handler.bench.timing import Result, batch_len, shuffled_batches, timed_p
 from ..registry import Peer, register
 
 if TYPE_CHECKING:
-    from ..suites.workloads import WorkloadCase
+    from ..cases import WorkloadCase
 
 NAME = "in-RAM NumPy gather"
 

@@ -14,7 +14,7 @@ from nn_handler.bench.timing import Result
 from ..registry import Peer, register
 
 if TYPE_CHECKING:
-    from ..suites.workloads import WorkloadCase
+    from ..cases import WorkloadCase
 
 NAME = "sequential chunks"
 

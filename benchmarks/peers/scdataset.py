@@ -1,8 +1,8 @@
 """scDataset (``BlockShuffling`` + ``fetch_factor``): over an h5py dataset, or AnnData backed.
 
-``workloads``: rows of the workload's h5py datasets, fetched sorted (h5py fancy indexing), the
-fetch (batch × ``fetch_factor``) capped at 256 MiB. ``sparse``: the ``.h5ad`` opened by anndata
-in backed mode, with the fetch callback of scDataset's documentation
+``layouts`` and ``workloads``: rows of the file's h5py datasets, fetched sorted (h5py fancy
+indexing), the fetch (batch × ``fetch_factor``) capped at 256 MiB. ``sparse``: the ``.h5ad``
+opened by anndata in backed mode, with the fetch callback of scDataset's documentation
 (``adata[idx].X.toarray()``).
 """
 
@@ -18,13 +18,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from nn_handler.bench.contenders import X_KEY, Y_KEY
+from nn_handler.bench.contenders import X_KEY, Y_KEY, Case
+from nn_handler.bench.timing import Result, batch_len, timed_pass
 
+from ..cases import Contender
 from ..registry import Peer, register
 
 if TYPE_CHECKING:
-    from ..suites.sparse import Contender
-    from ..suites.workloads import WorkloadCase
+    from ..cases import WorkloadCase
 
 NAME = "scDataset BlockShuffling"
 SPARSE_SETTINGS = ((16, 16), (64, 16))  # (block_size, fetch_factor); the first: its docs' example
@@ -61,23 +62,43 @@ def _batch(data: tuple[Any, Any], rows: np.ndarray[Any, Any]) -> tuple[Any, Any]
     return torch.from_numpy(x[rows]), torch.from_numpy(y[rows])
 
 
-def workloads(case: WorkloadCase, workers: int) -> Iterable[Any] | None:
-    """scDataset over the workload's file at ``workers`` workers (None: not installed)."""
+def _rows_loader(
+    path: str, n: int, batch: int, chunk_rows: int | None, row_nbytes: int, workers: int
+) -> Iterable[Any] | None:
+    """scDataset over rows ``[0, n)`` of ``path``'s h5py datasets (None: not installed).
+
+    ``BlockShuffling`` in blocks of the file's chunk (at least 8 rows), the fetch (batch ×
+    ``fetch_factor``) capped at 256 MiB.
+    """
     try:
         sc: Any = importlib.import_module("scdataset")
     except ImportError:
         return None
-    block = max(8, case.workload.chunk_rows or 8)
-    fetch = max(1, min(16, _FETCH_BYTES // (case.batch_size * case.workload.row_nbytes)))
+    fetch = max(1, min(16, _FETCH_BYTES // (batch * row_nbytes)))
     ds: IterableDataset[Any] = sc.scDataset(
-        _H5Rows(case.path, case.n),
-        sc.BlockShuffling(block_size=block),
-        batch_size=case.batch_size,
+        _H5Rows(path, n),
+        sc.BlockShuffling(block_size=max(8, chunk_rows or 8)),
+        batch_size=batch,
         fetch_factor=fetch,
         fetch_callback=_fetch,
         batch_callback=_batch,
     )
     return DataLoader(ds, batch_size=None, num_workers=workers)
+
+
+def layouts(case: Case) -> list[Result]:
+    """scDataset (when installed) over the layout's file, one process."""
+    n, batch, sample = len(case.images), case.batch_size, case.sample_bytes
+    loader = _rows_loader(case.path, n, batch, case.chunk_rows, sample, 0)
+    if loader is None:
+        return []
+    return [timed_pass(NAME, loader, sample, case.budget_s, batch_len)]
+
+
+def workloads(case: WorkloadCase, workers: int) -> Iterable[Any] | None:
+    """scDataset over the workload's file at ``workers`` workers (None: not installed)."""
+    w = case.workload
+    return _rows_loader(case.path, case.n, case.batch_size, w.chunk_rows, w.row_nbytes, workers)
 
 
 def sparse(path: str, batch: int) -> list[Contender]:
@@ -88,8 +109,6 @@ def sparse(path: str, batch: int) -> list[Contender]:
 
 def sparse_contender(path: str, batch: int, block: int, fetch: int) -> Contender | None:
     """``BlockShuffling(block)``, ``fetch_factor=fetch`` on the ``.h5ad`` (None: not installed)."""
-    from ..suites.sparse import Contender
-
     try:
         sc = importlib.import_module("scdataset")
         ad = importlib.import_module("anndata")
@@ -117,4 +136,4 @@ def sparse_contender(path: str, batch: int, block: int, fetch: int) -> Contender
     return Contender(name, lambda: build(fetch_rows), order)
 
 
-register(Peer(NAME, "peer", {"workloads": workloads, "sparse": sparse}))
+register(Peer(NAME, "peer", {"layouts": layouts, "workloads": workloads, "sparse": sparse}))

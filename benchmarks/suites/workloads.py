@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,11 +41,12 @@ from nn_handler.dataloaders import (
     batched_loader,
 )
 
+from ..cases import Limit, WorkloadCase
 from ..harness import Check, alternating, format_targets, median
 from ..registry import adapters
 from .workload_files import WORKLOADS, Workload, write_workload
 
-__all__ = ["Limit", "Measured", "WorkloadCase", "WorkloadTable", "run_workloads"]
+__all__ = ["Limit", "Measured", "WorkloadCase", "WorkloadTable", "limit_for", "run_workloads"]
 
 OURS, OURS_THREADS = "ours (batched, ChunkShuffleSampler)", "ours, worker threads"
 RANK_CACHE = "RC"
@@ -97,17 +98,6 @@ class WorkloadTable:
     def get(self, name: str, workers: int) -> Measured | None:
         """The row for ``name`` at ``workers`` (None when it was not run)."""
         return next((r for r in self.rows if r.name == name and r.workers == workers), None)
-
-
-@dataclass(frozen=True)
-class WorkloadCase:
-    """One workload's file and what every contender and limit needs to read it."""
-
-    path: str
-    workload: Workload
-    n: int
-    batch_size: int
-    budget_s: float
 
 
 # -- contenders: (case, workers) -> an iterable of (x, row indices) batches, or None -----------
@@ -205,17 +195,7 @@ def _quality(served: list[np.ndarray[Any, Any]], chunk_rows: int | None) -> tupl
 # -- limits --------------------------------------------------------------------------------
 
 
-class Limit(Protocol):
-    """A workload's limit, measured once per round."""
-
-    name: str
-
-    def measure(self) -> tuple[float, float]:
-        """(samples/s, samples per CPU-second of one core; NaN when not counted)."""
-        ...
-
-
-def _limit(case: WorkloadCase) -> Limit:
+def limit_for(case: WorkloadCase) -> Limit:
     """The first registered limit that takes ``case``'s workload."""
     for make in adapters("workloads", kind="limit").values():
         limit: Limit | None = make(case)
@@ -285,7 +265,7 @@ def _quiet(message: str) -> None:
 def _measure_workload(
     case: WorkloadCase, workers: Sequence[int], rounds: int, out: Callable[[str], None]
 ) -> WorkloadTable:
-    limit = _limit(case)
+    limit = limit_for(case)
     loaders = contenders()
     rows = [Measured(name, w) for name in loaders for w in workers]
     limit_rates: list[float] = []

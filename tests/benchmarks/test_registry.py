@@ -64,3 +64,67 @@ def test_suites_get_adapters_by_suite_and_kind():
         "sequential chunks",
     }
     assert adapters("no such suite") == {}
+
+
+SUITES = sorted([*BENCHMARKS.joinpath("suites").glob("*.py"), *BENCHMARKS.glob("bench_*.py")])
+PEER_MODULES = sorted(p for p in PEERS_DIR.glob("*.py") if p.name != "__init__.py")
+
+
+def _imported(source: str, package: str) -> set[str]:
+    """Absolute names ``source`` (a module of ``package``) imports, wherever in it."""
+    parts = package.split(".")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = parts[: len(parts) - node.level + 1] if node.level else []
+            module = ".".join([*base, *filter(None, (node.module or "").split("."))])
+            found.update(f"{module}.{a.name}" for a in node.names)
+    return found
+
+
+def _imports_of(path: Path) -> set[str]:
+    package = ".".join(["benchmarks", *path.parent.relative_to(BENCHMARKS).parts])
+    return _imported(path.read_text(), package)
+
+
+def _within(names: set[str], package: str) -> list[str]:
+    return sorted(n for n in names if n.startswith(package + "."))
+
+
+def _picked_by_name(source: str) -> list[str]:
+    """``adapters(...)[name]``: a peer picked out of the registry by its name."""
+    return [
+        ast.unparse(n)
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Subscript)
+        and isinstance(n.value, ast.Call)
+        and getattr(n.value.func, "id", None) == "adapters"
+    ]
+
+
+@pytest.mark.parametrize("peer", PEER_MODULES, ids=lambda p: p.stem)
+def test_no_peer_imports_a_suite(peer):
+    names = _imports_of(peer)
+    assert _within(names, "benchmarks.suites") == []
+    assert [n for n in names if n.startswith("benchmarks.bench_")] == []
+
+
+@pytest.mark.parametrize("suite", SUITES, ids=lambda p: p.stem)
+def test_no_suite_names_a_peer(suite):
+    assert _within(_imports_of(suite), "benchmarks.peers") == []
+    assert _picked_by_name(suite.read_text()) == []
+
+
+def test_the_rules_catch_what_they_forbid():
+    peer = "from ..suites.sparse import X\ndef f():\n    from benchmarks.suites import y\n"
+    assert _within(_imported(peer, "benchmarks.peers"), "benchmarks.suites") == [
+        "benchmarks.suites.sparse.X",
+        "benchmarks.suites.y",
+    ]
+    suite = "from ..peers.annbatch import ensure_env\nimport benchmarks.peers.h5torch\n"
+    assert len(_within(_imported(suite, "benchmarks.suites"), "benchmarks.peers")) == 2
+    assert _picked_by_name('f = adapters("sparse")["scDataset"]\n') == [
+        "adapters('sparse')['scDataset']"
+    ]

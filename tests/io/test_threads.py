@@ -59,12 +59,34 @@ def test_environment_variable_and_default(monkeypatch):
 def test_default_uses_every_core_divided_among_worker_processes(monkeypatch):
     monkeypatch.setattr(threads_module, "usable_cores", lambda: 32)
     assert decode_threads() == 32  # was capped at 8: num_workers=0 left cores idle
-    monkeypatch.setattr(threads_module, "_worker_count", lambda: 4)
+    monkeypatch.setattr(threads_module, "_loader_workers", lambda: 4)
     assert decode_threads() == 8  # 4 worker processes x 8 threads: one per core
-    monkeypatch.setattr(threads_module, "_worker_count", lambda: 64)
+    monkeypatch.setattr(threads_module, "_loader_workers", lambda: 64)
     assert decode_threads() == 1
     set_decode_threads(3)  # an explicit count wins, in workers too
     assert decode_threads() == 3
+
+
+class _DecodeThreads(torch.utils.data.Dataset):
+    """Each item: how many decode threads the process that serves it would run."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        return decode_threads()
+
+
+@needs_fork
+@pytest.mark.timeout(TIMEOUT)
+def test_a_dataloader_worker_divides_the_cores_among_its_siblings():
+    # the pool asks torch's worker info itself when it sizes: no import has to tell it first
+    loader = torch.utils.data.DataLoader(
+        _DecodeThreads(), batch_size=None, num_workers=2, multiprocessing_context="fork"
+    )
+    cores = threads_module.usable_cores()
+    assert set(loader) == {max(1, cores // 2)}
+    assert decode_threads() == cores  # the main process is no worker
 
 
 def test_run_parallel_keeps_order_and_uses_the_pool():

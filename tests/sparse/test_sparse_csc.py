@@ -11,13 +11,14 @@ import pytest
 
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
+from nn_handler._io.formats import sparse_csr
 from nn_handler._io.formats.sparse_csr import ensure_csr_sidecar, sidecar_path
 from nn_handler._io.formats.sparse_layout import detect_layout
 from nn_handler.dataloaders import H5SparseDataset
 
 from helpers.sparse_files import dense_x, reference, sp, write_anndata
 
-LOGGER = "nn_handler.dataloaders.h5_sparse_dataset"
+LOGGER = sparse_csr._log.name  # the sidecar logs under its own module's name
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
     from .chunks.decoded import decoded_budget
     from .chunks.decoders import Step
     from .chunks.order_cost import random_order_advice, rewrite_command
-    from .chunks.pool import decode_threads, run_parallel, set_decode_threads, set_worker_count
+    from .chunks.pool import decode_threads, run_parallel, set_decode_threads
     from .codec_registry import CODECS, SHUFFLE, FilterCodec, written
     from .errors import (
         CorruptFileError,
@@ -196,7 +196,6 @@ __all__ = [
     "say_once",
     "set_decode_threads",
     "set_job_store",
-    "set_worker_count",
     "sparse_layouts",
     "started_process_alive",
     "sweep_regions",

@@ -176,8 +176,8 @@ def collection_paused() -> Iterator[None]:
 def pause_collection_until_h5py_returns() -> None:
     """Keep automatic collection off until this thread lets go of h5py's lock.
 
-    For a file object h5py reads through (``remote.file_object``): h5py calls its reads one
-    after another with its lock held throughout, and a collection that starts on the event
+    For a file object h5py reads through (``storage.remote.file_object``): h5py calls its reads
+    one after another with its lock held throughout, and a collection that starts on the event
     loop's thread *between* two of them (``collection_paused`` covers only the waits) frees a
     cyclic h5py object there, waits for that lock, and the next read waits for the loop: a
     stall until the read's time bound (reproduced with a thread making cyclic h5py garbage).
@@ -205,8 +205,8 @@ def loop_may_wait_for_h5py(loop: asyncio.AbstractEventLoop) -> bool:
 
     Such a collection waits for h5py's lock as soon as it frees a cyclic h5py object, so a
     read that waits for ``loop`` would wait until its time bound; pausing collection cannot
-    help, as the collection had begun before (``remote.object_file`` reads on this thread
-    instead). Collections are tracked from the first call on; a few tens of nanoseconds.
+    help, as the collection had begun before (``storage.remote.object_file`` reads on this
+    thread instead). Collections are tracked from the first call on; a few tens of nanoseconds.
     """
     global _tracking
     if not _tracking:  # (two threads may both register: the callback is idempotent)

@@ -9,7 +9,6 @@ spawned DataLoader worker imports what its dataset needs, not every dataset clas
 import typing
 
 from .. import _lazy
-from . import _tensors  # noqa: F401  (tells the decode pool how many loader workers share cores)
 
 if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names to modules)
     from .._io import (

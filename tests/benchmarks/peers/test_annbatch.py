@@ -1,4 +1,4 @@
-"""annbatch's side of the sparse benchmark without annbatch: quality, table, result and skips."""
+"""annbatch's side of the sparse benchmark without annbatch: its runner, result and skips."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import sys
 
 import numpy as np
 import pytest
+from benchmarks.cases import PeerUnavailableError
 from benchmarks.peers.annbatch import (
+    AnnbatchEnv,
     AnnbatchUnavailableError,
-    Conversion,
-    Row,
     _run,
-    blocks_per_batch,
     ensure_env,
     find_python,
     parse_result,
+    prepare,
     rates_of,
-    vs_annbatch_table,
 )
 
 from benchmarks.peers import annbatch_worker as worker
@@ -26,55 +25,18 @@ from benchmarks.peers import annbatch_worker as worker
 OLD_PYTHON = sys.version_info < (3, 12)  # the main venv: too old for annbatch
 
 
-def test_blocks_per_batch_counts_distinct_64_cell_blocks():
-    batches = np.array([[0, 1, 63, 64], [0, 128, 192, 1000]])
-    assert blocks_per_batch(batches) == (2 + 4) / 2
-    assert blocks_per_batch(batches, block=1000) == (1 + 2) / 2
-    assert np.isnan(blocks_per_batch(np.zeros((0, 4096), np.int64)))
+def test_the_env_is_a_store_peer_with_its_runner_and_notes():
+    env = AnnbatchEnv("/venv/bin/python", "0.3.1")
+    runner = env.runner("/data/cells.h5ad", 4096, None)
+    assert (env.name, runner.store) == ("annbatch", "/data/cells.annbatch.zarr")
+    assert runner.label == "annbatch 0.3.1 (chunk_size=32, preload_nchunks=256)"
+    assert runner.batches == {"csr": "SciPy CSR", "dense": "SciPy CSR + .toarray()"}
+    assert any("/venv/bin/python" in note for note in env.notes(4096))
 
 
-def test_blocks_per_batch_of_a_full_shuffle_is_near_the_random_expectation():
-    order = np.random.default_rng(0).permutation(200_000)[: 8 * 4096].reshape(8, 4096)
-    assert blocks_per_batch(order) == pytest.approx(3125 * (1 - (1 - 1 / 3125) ** 4096), rel=0.01)
-
-
-def _rows() -> list[Row]:
-    return [
-        Row("annbatch 0.3.1", "SciPy CSR", "csr", [10.0, 30.0, 20.0], 2290.0),
-        Row("annbatch 0.3.1", "SciPy CSR + .toarray()", "dense", [5.0], 2290.0),
-        Row("ours, num_workers=0", "sparse_csr", "csr", [40.0], 2291.0),
-        Row("ours, num_workers=0", "dense", "dense", [10.0, 12.0, 8.0], 2291.0),
-    ]
-
-
-def _cells(table: str) -> list[list[str]]:
-    lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
-    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-
-
-def test_table_divides_each_row_by_annbatch_of_the_same_kind():
-    conversion = Conversion(37.0, 12_800_000_000, 912_000_000)
-    text = vs_annbatch_table("## t", _rows(), conversion=conversion, notes=["a note"])
-    cells = _cells(text)
-    assert [c[2] for c in cells] == ["20", "5", "40", "10"]  # medians
-    assert [c[4] for c in cells] == ["1.00", "1.00", "2.00", "2.00"]
-    assert cells[0][3] == "10, 30, 20" and cells[2][5] == "2,291"
-    assert "37.0 s, peak RSS 12.80 GB, a second copy of 912 MB" in text
-    assert "- a note" in text and "skipped" not in text
-
-
-def test_table_without_annbatch_says_why_in_one_line():
-    text = vs_annbatch_table("## t", _rows()[2:], skip="no Python >= 3.12")
-    assert [c[4] for c in _cells(text)] == ["-", "-"]
-    assert [line for line in text.splitlines() if "annbatch" in line[:12]] == [
-        "- annbatch: skipped (no Python >= 3.12)."
-    ]
-
-
-def test_table_row_without_runs_or_with_a_zero_base():
-    rows = [Row("annbatch", "SciPy CSR", "csr", [0.0]), Row("ours", "sparse_csr", "csr")]
-    cells = _cells(vs_annbatch_table("## t", rows))
-    assert cells[0][4] == "-" and cells[1][2:] == ["-", "-", "-", "-"]
+def test_prepare_looks_in_the_envs_folder(tmp_path):
+    with pytest.raises(AnnbatchUnavailableError, match="annbatch-venv"):
+        prepare(str(tmp_path), install=False)
 
 
 def test_parse_result_takes_the_last_marker_line():
@@ -104,6 +66,7 @@ def test_run_turns_failures_and_stalls_into_one_line_reasons():
 
 
 def test_missing_environment_is_skipped_when_installing_is_off(tmp_path):
+    assert issubclass(AnnbatchUnavailableError, PeerUnavailableError)  # the suite's skip
     with pytest.raises(AnnbatchUnavailableError, match="installing it was turned off"):
         ensure_env(str(tmp_path / "venv"), install=False)
     assert not (tmp_path / "venv").exists()

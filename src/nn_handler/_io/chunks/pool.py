@@ -6,11 +6,12 @@ exist there) and builds its own pool on first use. Spawned workers import this m
 
 Size: ``set_decode_threads(n)`` in this process, else the environment variable
 ``NN_HANDLER_DECODE_THREADS`` (reaches spawned workers too), else every CPU this process may run on
-(``os.sched_getaffinity``), divided among DataLoader worker processes (torch's worker info, through
-``set_worker_count``). No cap: the decoders release the GIL and a thread's memory is a few chunks of
-scratch, while ``num_workers=0`` is often the fastest loader and a fixed cap would leave the cores
-of a bigger machine idle in it. Workers divide the cores so that N workers never run more decode
-threads than there are cores (N processes of ``cores`` threads each oversubscribe).
+(``os.sched_getaffinity``), divided among DataLoader worker processes (torch's worker info, asked
+when the pool sizes itself). No cap: the decoders release the GIL and a thread's memory is a few
+chunks of scratch, while ``num_workers=0`` is often the fastest loader and a fixed cap would
+leave the cores of a bigger machine idle in it. Workers divide the cores so that N workers never
+run more decode threads than there are cores (N processes of ``cores`` threads each
+oversubscribe).
 
 Order: the blocks a read waits for (``run_parallel``) are decoded before blocks filled ahead
 of need (``submit``), whatever was queued first. Readahead queues a whole window of blocks; a
@@ -24,6 +25,7 @@ import heapq
 import itertools
 import logging
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -37,7 +39,6 @@ __all__ = [
     "decode_threads",
     "run_parallel",
     "set_decode_threads",
-    "set_worker_count",
     "submit",
 ]
 
@@ -131,15 +132,17 @@ class _Pool:
 _lock: PerProcess[threading.Lock] = PerProcess(threading.Lock)
 _pool: PerProcess[_Pool] = PerProcess()
 _requested: int | None = None
-# How many loader worker processes share this machine's cores with this one (1 outside them).
-# The loader layer above knows (torch's worker info); ``_io`` stays free of torch.
-_worker_count: Callable[[], int] = lambda: 1  # noqa: E731
 
 
-def set_worker_count(probe: Callable[[], int]) -> None:
-    """Tell the pool how to learn how many worker processes share the cores with this one."""
-    global _worker_count
-    _worker_count = probe
+def _loader_workers() -> int:
+    """How many DataLoader worker processes share the cores with this one (1 outside them).
+
+    torch's worker info, found without importing torch (``_io`` stays free of it): torch
+    started every DataLoader worker, so a process that has not imported it is none.
+    """
+    data = sys.modules.get("torch.utils.data")
+    info = None if data is None else data.get_worker_info()
+    return 1 if info is None else int(info.num_workers)
 
 
 def set_decode_threads(threads: int | None) -> None:
@@ -176,8 +179,7 @@ def decode_threads() -> int:
                 f"{ENV_VAR} must be a positive integer, got {env!r} ({exc}); unset it for the "
                 "default"
             ) from exc
-    workers = _worker_count()
-    return max(1, usable_cores() // max(1, workers))
+    return max(1, usable_cores() // max(1, _loader_workers()))
 
 
 def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

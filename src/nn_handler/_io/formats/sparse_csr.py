@@ -54,7 +54,7 @@ BAND_ENTRIES = 64 * 1024**2  # entries placed per pass: ~0.8 GB of float32 + int
 _VERSION = 1
 _HEADER = "nnh-csr"
 _SLAB_ENTRIES = 4 * 1024**2
-_log = logging.getLogger("nn_handler.dataloaders.h5_sparse_dataset")
+_log = logging.getLogger(__name__)
 
 
 def sidecar_path(path: str, group: str, sidecar_dir: str | None) -> str:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import h5py
-import numpy as np
 
 from ..._validate import format_names
 
-__all__ = ["FIELD_SEPARATOR", "ResolvedKey", "field_key", "field_keys", "resolve_key", "splits"]
+__all__ = ["FIELD_SEPARATOR", "ResolvedKey", "field_key", "resolve_key", "splits"]
 
 #: Separates a compound dataset's path from one of its field names in a key.
 FIELD_SEPARATOR = ":"
@@ -35,12 +34,6 @@ class ResolvedKey:
 def field_key(path: str, field: str) -> str:
     """Return the key that selects ``field`` of the compound dataset at ``path``."""
     return f"{path}{FIELD_SEPARATOR}{field}"
-
-
-def field_keys(path: str, dtype: np.dtype[Any]) -> list[str]:
-    """Return the key of every field of a compound dataset (empty for other dtypes)."""
-    names = dtype.names or ()
-    return [field_key(path, name) for name in names]
 
 
 def splits(key: str) -> list[tuple[str, str]]:

@@ -1,6 +1,6 @@
 """Sample selection over metadata columns: vectorized filters and the global (file, row) index.
 
-Filters run file by file, in the fixed order of ``_filter_spec.FILTERS``, each on the rows that
+Filters run file by file, in the fixed order of ``filters.FILTERS``, each on the rows that
 survived the ones before it, so a sample removed by several filters counts once, for the first.
 Each filter reads only the field it needs, and only the surviving rows; large fields (one-hot
 targets, signals) are read in blocks of about 32 MB.

@@ -58,7 +58,6 @@ __all__ = [
     "SlotRef",
     "SlotWriter",
     "ring_buffer",
-    "rings_received",
     "set_ring_slots",
 ]
 
@@ -323,11 +322,6 @@ class _MainRing:
 
 
 _received: PerProcess[dict[str, _MainRing]] = PerProcess(dict)
-
-
-def rings_received() -> int:
-    """How many workers' batch rings this process keeps mapped (for tests and diagnostics)."""
-    return len(_received.get())
 
 
 def _free_slot(states: np.ndarray[Any, Any], slot: int) -> None:

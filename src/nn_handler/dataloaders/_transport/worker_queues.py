@@ -16,8 +16,8 @@ thread), and so does every later message from this process, so that this process
 keep their order. ``get`` with a timeout waits on a ``select.poll`` object kept for the queue
 instead of building a selector per call.
 
-Linux only (``F_GETPIPE_SZ`` and ``FIONREAD`` on a pipe: ``platform.PIPE_ROOM``; with them
-``sem_getvalue`` and ``poll``); elsewhere ``direct_context`` returns the context unchanged and
+Linux only (``F_GETPIPE_SZ`` and ``FIONREAD`` on a pipe: ``_io.platform.PIPE_ROOM``; with
+them ``sem_getvalue`` and ``poll``); elsewhere ``direct_context`` returns the context unchanged and
 every queue is a standard one (said once, at DEBUG level).
 """
 
