@@ -1,10 +1,13 @@
 """Two source trees of nn_handler against each other on the W workloads, alternating.
 
 Run: ``python benchmarks/bench_trees.py --before /path/to/old/src [--after src]
-[--workloads W1,W2,W3,W4] [--scale 0.5] [--rounds 5] [--seconds 3] [--workers 0]``
+[--workloads W1,W2,W3,W4] [--scale 0.5] [--rounds 5] [--seconds 3] [--workers 0]
+[--loaders batched,dataloader]``
 
 Each round times ``H5LazyDataset`` + ``ChunkShuffleSampler`` + ``batched_loader`` (samples/s
-over ``--seconds`` after the first batch) in a fresh process per tree, the order of the two
+over ``--seconds`` after the first batch; ``--loaders dataloader``: a plain
+``DataLoader(ds, batch_size=256, sampler=...)``, whose batches go through ``__getitems__`` and
+torch's collate) in a fresh process per tree, the order of the two
 trees swapped every round, on the same files (written once with
 ``benchmarks.suites.workload_files``). For gzip workloads the same round also measures the
 decode limit: libdeflate (imagecodecs) inflating the file's chunks in one thread, × the usable
@@ -31,10 +34,14 @@ from benchmarks.harness import alternating, median
 CHILD = r"""
 import json, sys, time
 from nn_handler.dataloaders import ChunkShuffleSampler, H5LazyDataset, batched_loader
-path, seconds, workers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+from torch.utils.data import DataLoader
+path, seconds, workers, kind = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ds = H5LazyDataset(path, "central", "0/labels")
 sampler = ChunkShuffleSampler(ds, batch_size=256, num_workers=workers)
-loader = batched_loader(ds, 256, sampler=sampler, num_workers=workers)
+if kind == "batched":
+    loader = batched_loader(ds, 256, sampler=sampler, num_workers=workers)
+else:  # a plain DataLoader: __getitems__, then torch's collate
+    loader = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=workers)
 n, start, epoch = 0, None, 0
 while start is None or time.perf_counter() - start < seconds:
     sampler.set_epoch(epoch)
@@ -102,13 +109,15 @@ def _run(src: str, code: str, *args: object) -> dict[str, float] | None:
     return result
 
 
-def _compare(name: str, path: str, trees: dict[str, str], args: argparse.Namespace) -> str:
+def _compare(
+    name: str, path: str, trees: dict[str, str], args: argparse.Namespace, kind: str
+) -> str:
     rates: dict[str, list[float]] = {label: [] for label in trees}
     limits: list[float] = []
     together: list[float] = []
     for _, order in alternating(list(trees), args.rounds):
         for label in order:
-            got = _run(trees[label], CHILD, path, args.seconds, args.workers)
+            got = _run(trees[label], CHILD, path, args.seconds, args.workers, kind)
             if got:
                 rates[label].append(got["rate"])
         limit = _run(trees["after"], LIMIT, path)
@@ -116,7 +125,8 @@ def _compare(name: str, path: str, trees: dict[str, str], args: argparse.Namespa
             limits.append(limit["limit"])
             together.append(limit["together"])
     before, after = median(rates["before"]), median(rates["after"])
-    line = f"| {name} | {args.workers} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |"
+    line = f"| {name} | {kind} | {args.workers} | {before:,.0f} | {after:,.0f}"
+    line += f" | {after / before:.2f} |"
     if limits:
         limit = median(limits)
         line += f" {limit:,.0f} | {before / limit:.2f} | {after / limit:.2f} |"
@@ -136,22 +146,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--loaders", default="batched", help="comma-separated: batched, dataloader (__getitems__)"
+    )
     args = parser.parse_args()
     from benchmarks.suites.workload_files import WORKLOADS, write_workload
 
     trees = {"before": args.before, "after": args.after}
     print(
-        "| workload | workers | before | after | after / before | limit | before / limit "
+        "| workload | loader | workers | before | after | after / before | limit | before / limit "
         "| after / limit | all cores at once | after / all cores |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for name in args.workloads.split(","):
             workload = WORKLOADS[name]
             n = max(1, int(workload.rows * args.scale))
             path = os.path.join(tmp, f"{name}.h5")
             write_workload(path, workload, n)
-            print(_compare(name, path, trees, args), flush=True)
+            for kind in args.loaders.split(","):
+                print(_compare(name, path, trees, args, kind), flush=True)
             os.remove(path)
 
 
