@@ -1,7 +1,7 @@
 """The transport: how batches get from where they are read to the training loop.
 
 Worker processes hand batches to the main process through batch rings in shared memory
-(``ring``), packed by registered kinds of output (``kinds``: dense, sparse CSR) and rebuilt
+(``ring``), packed by registered tensor layouts (``layouts``: dense, sparse CSR) and rebuilt
 while they are unpickled (``receive``); their queues skip the feeder thread
 (``worker_queues``), the worker iterator does less per batch (``worker_iter``), the start method
 is chosen when workers start (``start_method``); rings and caches are pinned in place

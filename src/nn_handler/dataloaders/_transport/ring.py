@@ -15,7 +15,7 @@ mapping, no page fault.
 
 This module knows bytes in slots only: a dense tensor placed (``SlotWriter``) and viewed again
 (``SlotReader``). Which tensors of a batch travel in slots, and how a tensor of another layout is
-taken apart into dense parts and put together again, is the registered kinds' (``kinds``).
+taken apart into dense parts and put together again, is the registered layouts' (``layouts``).
 
 A slot belongs to the main process from the moment its batch is sent until the last tensor
 viewing it is freed there (a ``weakref.finalize`` on the slot's array, which every view keeps
