@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import DataLoader
 
 from .._io.file.options import FileOptions, LockingMode
 from .._io.file.source import H5Source
@@ -39,6 +39,7 @@ from ._combined.index import build_index
 from ._combined.loader_options import check_dataset_kwargs, choose_workers, loader_options
 from ._core import FileDataset
 from ._tensors.split import split_batch
+from ._transport import in_worker_process
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler
 from .samplers.shards import EvenMode, equal_steps_option
@@ -333,7 +334,7 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
     def _batch(self, idx: IndexArray) -> dict[str, Any]:
         with self._lock.get():
             arrays = self._fetch(idx)
-        pin = self._pin and get_worker_info() is None
+        pin = self._pin and not in_worker_process()
         return to_batch(arrays, self._plan.fields, self.dtype, pin)
 
     def _fetch(self, idx: IndexArray) -> dict[str, np.ndarray[Any, Any]]:

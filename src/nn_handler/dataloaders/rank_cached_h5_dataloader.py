@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from .._devices import check_device
 from .._io.file.options import FileOptions, LockingMode
@@ -386,7 +385,7 @@ class RankMemCachedH5Dataset(FileDataset[Sample]):
     def _pin_batches(self) -> bool:
         # Pinned batches help only the process that copies to the GPU; a DataLoader worker's
         # batches are pinned by DataLoader(pin_memory=True) in the main process instead.
-        return self.is_pinned and get_worker_info() is None
+        return self.is_pinned and not in_worker_process()
 
     def _sources(self) -> list[H5Source]:
         return []  # the file was closed after the preload: ``close()`` has nothing to do

@@ -10,7 +10,8 @@ from .._tensors.structure import move
 from .layouts import layout_of
 from .receive import SlotBatch
 from .ring import SlotWriter
-from .shared_memory import in_worker_process, share_batch
+from .shared_memory import share_batch
+from .worker import in_worker_process
 
 __all__ = ["pack_batch"]
 
