@@ -44,7 +44,7 @@ def _readers(path: Path) -> dict[str, RowReader]:
         h5py_rows = H5pyDataset(h5.source, "x")
         blocks = block_source(h5.source.dataset("x"), h5.source, h5py_rows, decode=False)
         assert blocks is not None
-        h5._rows = ChunkedRows(h5.rows, ChunkEngine(h5.source, blocks, h5py_rows))
+        h5._rows = ChunkedRows(h5.rows, h5.source, ChunkEngine(h5.source, blocks, h5py_rows))
         readers["chunks-h5py"] = h5
     return readers
 

@@ -67,7 +67,7 @@ def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowS
     decode = layout.fast_paths_allowed
     blocks = block_source(dset, source, h5py_rows, decode=decode, index=layout.chunks)
     if blocks is not None:
-        return ChunkedRows(rows, ChunkEngine(source, blocks, h5py_rows))
+        return ChunkedRows(rows, source, ChunkEngine(source, blocks, h5py_rows))
     ranged = _ranged(dset, source, rows, layout)
     if ranged is not None:
         return ranged
