@@ -272,7 +272,7 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Return the samples at ``indices`` as a list of dicts, reading the batch at once."""
         idx = as_index_array(indices, len(self))
-        return split_batch(self._batch(idx))
+        return split_batch(self._batch(idx, leaves=False))  # torch's collate stacks them again
 
     @property
     def _cache(self) -> Sized:
@@ -331,10 +331,11 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
         fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
         return _ProcessState(SampleCache(self.cache_size, fields) if self.cache_size else None)
 
-    def _batch(self, idx: IndexArray) -> dict[str, Any]:
+    def _batch(self, idx: IndexArray, *, leaves: bool = True) -> dict[str, Any]:
+        """The batch at ``idx``; pinned when it ``leaves`` as it is, to a GPU from this process."""
         with self._lock.get():
             arrays = self._fetch(idx)
-        pin = self._pin and not in_worker_process()
+        pin = leaves and self._pin and not in_worker_process()
         return to_batch(arrays, self._plan.fields, self.dtype, pin)
 
     def _fetch(self, idx: IndexArray) -> dict[str, np.ndarray[Any, Any]]:
