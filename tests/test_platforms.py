@@ -183,8 +183,8 @@ def test_without_named_regions_a_dataset_reads_the_same_and_warns_nothing(
     ds = H5LazyDataset(path, "x")
     rows = [200, 3, 3, 100, 17]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(path, "x", rows))
-    engine = ds._row_readers()[0]._rows.engine
-    assert engine._decoded is not None and engine._decoded.name is None  # decoded, unnamed
+    copy = ds._row_readers()[0]._rows.engine.decoded.blocks
+    assert copy is not None and copy.name is None  # decoded, unnamed
     assert said(logging.WARNING) == []
     assert any("named regions" in m for m in said(logging.DEBUG))
 

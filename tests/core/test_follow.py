@@ -219,7 +219,7 @@ def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_pa
         f.create_dataset("y", data=y, maxshape=(None,), chunks=(1024,))
     ds = H5LazyDataset(path, "x", "y")
     assert np.array_equal(ds[np.arange(80_000)][0].numpy(), x)
-    assert ds._x._rows.engine._decoded is not None  # the whole decoded copy served that
+    assert ds._x._rows.engine.decoded.blocks is not None  # the whole decoded copy served that
     ds.close()
     ctx = _ctx()
     todo, done = ctx.Queue(), ctx.Queue()
@@ -231,7 +231,7 @@ def test_a_decoded_copy_of_the_old_size_is_never_served_as_the_grown_file(tmp_pa
         got_x, got_y = ds[np.arange(79_500, 81_000)]
         assert np.array_equal(got_y.numpy(), np.arange(79_500, 81_000))
         assert np.array_equal(got_x.numpy(), _rows(79_500, 81_000)[0])
-        assert ds._x._rows.engine._decoded is None  # no copy of a file that grows
+        assert ds._x._rows.engine.decoded.blocks is None  # no copy of a file that grows
     finally:
         todo.put(None)
         writer.join(timeout=WAIT_S)

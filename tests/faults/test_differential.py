@@ -31,7 +31,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from nn_handler._io.chunks import engine
+from nn_handler._io.chunks import decoded_pass
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader
@@ -354,7 +354,7 @@ def test_every_read_path_equals_h5py_decoded_whole(layout: Layout) -> None:
     # (below 1 MiB a dataset otherwise keeps its window: these are small)
     with (
         tempfile.TemporaryDirectory() as folder,
-        mock.patch.object(engine, "_DECODED_MIN_BYTES", 0),
+        mock.patch.object(decoded_pass, "_DECODED_MIN_BYTES", 0),
     ):
         shm = Path(folder) / "shm"
         shm.mkdir()
@@ -382,7 +382,7 @@ def test_every_read_path_equals_h5py_on_a_shared_node(layout: Layout, state: str
     assume(layout.storage == "chunked" and not layout.external_link)
     with (
         world_folder() as root,
-        mock.patch.object(engine, "_DECODED_MIN_BYTES", 0),
+        mock.patch.object(decoded_pass, "_DECODED_MIN_BYTES", 0),
         mock.patch.dict(os.environ, {SHM_DIR_ENV: str(root / "shm")}),
     ):
         (root / "shm").mkdir(mode=0o1777)

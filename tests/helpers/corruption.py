@@ -248,9 +248,9 @@ def _child(mode: str, spec: str, first: int) -> None:
     if mode.startswith("ours"):
         import nn_handler.dataloaders  # noqa: F401  (imported before the first case's clock)
     if mode == "ours-shared":  # every chunked dataset decoded whole, however small
-        from nn_handler._io.chunks import engine
+        from nn_handler._io.chunks import decoded_pass
 
-        engine._DECODED_MIN_BYTES = 0
+        decoded_pass._DECODED_MIN_BYTES = 0
     for i in range(first, len(paths)):
         print(json.dumps({"start": i}), flush=True)
         began = time.perf_counter()

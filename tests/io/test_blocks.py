@@ -182,7 +182,7 @@ def test_h5py_decoded_chunks_are_cached_too(make_h5, monkeypatch):
     r = reader(make_h5({"x": (data, "lzf-fletcher")}))  # 6-row chunks h5py decodes
     assert r.strategy == "chunks"
     calls = []
-    dset = r._rows._dataset()
+    dset = r.source.dataset("x", chunk_cache=False)  # the handle the engine asks h5py through
     assert dset.id.get_access_plist().get_chunk_cache()[1] == 0  # no second, HDF5-side cache
     original = type(dset).read_direct
 
@@ -227,6 +227,7 @@ def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget)
 @pytest.mark.parametrize("decode", [True, False], ids=["DirectChunks", "H5pyBlocks"])
 def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, decode):
     """``fill_many`` and ``fill_run`` of a source without a chunk table: a ``fill`` each."""
+    from nn_handler._io.chunks.h5py_rows import H5pyDataset
     from nn_handler._io.chunks.sources import DirectChunks, H5pyBlocks
     from nn_handler._io.rows.choice import block_source
 
@@ -236,11 +237,11 @@ def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, deco
         f.create_dataset("x", data=data, chunks=(4, 3), compression="gzip")
     source = H5Source(str(path), FileOptions())
     dset = source.dataset("x")
-    blocks = block_source(dset, source, decode=decode)
+    blocks = block_source(dset, source, H5pyDataset(source, "x"), decode=decode)
     assert isinstance(blocks, DirectChunks if decode else H5pyBlocks)
     assert not blocks.batches_reads and not blocks.reads_runs
     out = np.zeros((3, 4, 6), np.float32)
-    assert blocks.fill_many(dset, [(1, out[0]), (7, out[1]), (9, out[2])], parallel=decode) == [
+    assert blocks.fill_many([(1, out[0]), (7, out[1]), (9, out[2])], parallel=decode) == [
         None,
         None,
         None,
@@ -249,16 +250,16 @@ def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, deco
         out, data[[*range(4, 8), *range(28, 32), *range(36, 40)]].reshape(3, 4, 6)
     )
     run = np.zeros((12, 6), np.float32)
-    blocks.fill_run(dset, 2, run)
+    blocks.fill_run(2, run)
     np.testing.assert_array_equal(run, data[8:20])
     real = blocks.fill
 
-    def fill(dset, block, dest):
+    def fill(block, dest):
         if block == 3:
             raise OSError("block 3 failed")
-        real(dset, block, dest)
+        real(block, dest)
 
     blocks.fill = fill  # one failing block: its error, the others filled
-    errors = blocks.fill_many(dset, [(2, out[0]), (3, out[1])], parallel=False)
+    errors = blocks.fill_many([(2, out[0]), (3, out[1])], parallel=False)
     assert errors[0] is None and str(errors[1]) == "block 3 failed"
     source.close()

@@ -58,9 +58,9 @@ def runs(monkeypatch):
     seen = []
     original = TableChunks.fill_run
 
-    def spy(self, dset, first, dest):
+    def spy(self, first, dest):
         seen.append((first, len(dest) // self.geometry.block_rows))
-        return original(self, dset, first, dest)
+        return original(self, first, dest)
 
     monkeypatch.setattr(TableChunks, "fill_run", spy)
     return seen

@@ -91,10 +91,10 @@ def counted_fills(monkeypatch: pytest.MonkeyPatch) -> Any:
     count = mp.get_context("fork").Value("l", 0)
     fill = sources.TableChunks.fill
 
-    def counting(self: Any, dset: Any, block: int, dest: Any) -> None:
+    def counting(self: Any, block: int, dest: Any) -> None:
         with count.get_lock():
             count.value += 1
-        fill(self, dset, block, dest)
+        fill(self, block, dest)
 
     monkeypatch.setattr(sources.TableChunks, "fill", counting)
     return count
@@ -164,28 +164,28 @@ def test_a_peek_does_not_begin_the_copy_a_batch_does(gzip_file: Path, shm: Path)
     engine = engine_of(ds)
     np.testing.assert_array_equal(ds[5].numpy(), h5_rows(gzip_file, "x", [5])[0])
     np.testing.assert_array_equal(ds[[5, 1, 5]].numpy(), h5_rows(gzip_file, "x", [5, 1, 5]))
-    assert engine._decoded.ready() is None and regions(shm) == []
+    assert engine.decoded.blocks.ready() is None and regions(shm) == []
     rows = [200, 3, 3, 100, 17]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
     assert len(regions(shm)) == 1  # the copy is begun: its 4 blocks, not all 26
-    assert engine._decoded.ready() is None
+    assert engine.decoded.blocks.ready() is None
     np.testing.assert_array_equal(ds[::-1].numpy(), h5_rows(gzip_file, "x")[::-1])
-    assert engine._decoded.ready() is not None  # every block read once: the copy is whole
+    assert engine.decoded.blocks.ready() is not None  # every block read once: the copy is whole
     np.testing.assert_array_equal(ds[10:60].numpy(), h5_rows(gzip_file, "x")[10:60])
 
 
 def test_the_budget_decides(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     size = engine_of(H5LazyDataset(gzip_file, "x")).geometry.count * 8 * 12288
-    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size))._decoded is not None
-    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size - 1))._decoded is None
-    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget="1KiB"))._decoded is None
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size)).decoded.blocks is not None
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget=size - 1)).decoded.blocks is None
+    assert engine_of(H5LazyDataset(gzip_file, "x", decoded_budget="1KiB")).decoded.blocks is None
     options = FileOptions(decoded_budget=0)
-    assert engine_of(H5LazyDataset(gzip_file, "x", file_options=options))._decoded is None
+    assert engine_of(H5LazyDataset(gzip_file, "x", file_options=options)).decoded.blocks is None
     monkeypatch.setenv(decoded_module.BUDGET_ENV, "1MiB")
-    assert engine_of(H5LazyDataset(gzip_file, "x"))._decoded is None
+    assert engine_of(H5LazyDataset(gzip_file, "x")).decoded.blocks is None
     monkeypatch.setenv(decoded_module.BUDGET_ENV, "4 GiB")
     over = H5LazyDataset(gzip_file, "x")
-    assert engine_of(over)._decoded is not None
+    assert engine_of(over).decoded.blocks is not None
     rows = [9, 200, 0]
     np.testing.assert_array_equal(over[rows].numpy(), h5_rows(gzip_file, "x", rows))
     monkeypatch.setenv(decoded_module.BUDGET_ENV, "lots")
@@ -200,9 +200,9 @@ def test_a_budget_set_counts_the_other_decoded_datasets(make_h5: Any) -> None:
     size = engine_of(H5LazyDataset(a, "x")).geometry.count * 8 * 12288
     first = H5LazyDataset(a, "x", decoded_budget=int(1.5 * size))
     first[[0, 100]]  # decoded: its region holds ~size bytes of the node's memory
-    assert engine_of(H5LazyDataset(b, "x", decoded_budget=int(1.5 * size)))._decoded is None
+    assert engine_of(H5LazyDataset(b, "x", decoded_budget=int(1.5 * size))).decoded.blocks is None
     # the same dataset again is joined, whatever the budget says
-    assert engine_of(H5LazyDataset(a, "x", decoded_budget=1024))._decoded is not None
+    assert engine_of(H5LazyDataset(a, "x", decoded_budget=1024)).decoded.blocks is not None
 
 
 @pytest.mark.parametrize("value", [-1, "lots", True, 1.5])
@@ -215,9 +215,9 @@ def _read_in_child(ds: H5LazyDataset, rows: list[int], queue: Any) -> None:
     fills = []
     fill = sources.TableChunks.fill
 
-    def counting(self: Any, dset: Any, block: int, dest: Any) -> None:
+    def counting(self: Any, block: int, dest: Any) -> None:
         fills.append(block)
-        fill(self, dset, block, dest)
+        fill(self, block, dest)
 
     sources.TableChunks.fill = counting  # type: ignore[method-assign]
     queue.put((ds[rows].numpy(), len(fills)))
@@ -247,7 +247,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
     monkeypatch.setattr(decoded_module, "shm_room", lambda: 1024)
     caplog.set_level(logging.WARNING)
     ds = H5LazyDataset(gzip_file, "x")
-    decoded = engine_of(ds)._decoded
+    decoded = engine_of(ds).decoded.blocks
     assert decoded is not None and decoded.name is None  # forked workers still share it
     rows = [200, 3, 100, 9]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
@@ -255,7 +255,7 @@ def test_no_room_for_the_region_falls_back_and_says_so_once(
     said = [r.getMessage() for r in caplog.records if "shared memory" in r.getMessage()]
     assert len(said) == 1 and "--shm-size" in said[0] and "1.0 KiB free" in said[0]
     copy = pickle.loads(pickle.dumps(ds))  # spawned: the forked-only memory stays behind
-    assert not engine_of(copy)._decoded.usable
+    assert not engine_of(copy).decoded.blocks.usable
     np.testing.assert_array_equal(copy[rows].numpy(), h5_rows(gzip_file, "x", rows))
 
 
@@ -272,7 +272,7 @@ def test_a_region_that_cannot_be_made_leaves_the_window(
     ds = H5LazyDataset(gzip_file, "x")
     rows = [200, 3, 100, 9]
     np.testing.assert_array_equal(ds[rows].numpy(), h5_rows(gzip_file, "x", rows))
-    assert engine_of(ds)._decoded is None
+    assert engine_of(ds).decoded.blocks is None
     said = [r.getMessage() for r in caplog.records if "cannot be shared" in r.getMessage()]
     assert len(said) == 1 and "1.0 KiB free" in said[0] and "--shm-size" in said[0]
 
@@ -424,7 +424,7 @@ def test_a_chunk_sampler_reads_the_copy_too(gzip_file: Path) -> None:
     loader = batched_loader(ds, 10, sampler=ChunkShuffleSampler(ds, seed=3))
     got = torch.cat([xb for xb, _ in loader]).numpy()
     np.testing.assert_array_equal(got, h5_rows(gzip_file, "x", order))
-    assert engine_of(ds)._decoded.ready() is not None
+    assert engine_of(ds).decoded.blocks.ready() is not None
 
 
 _EXIT_WITHOUT_CLOSING = """
@@ -525,7 +525,7 @@ def test_the_maker_reports_the_copy_once_it_is_whole(
     caplog.set_level(logging.INFO, logger="nn_handler")
     ds = H5LazyDataset(gzip_file, "x")
     ds[[200, 3, 100]]
-    report = engine_of(ds)._decoded._view.peek().report
+    report = engine_of(ds).decoded.blocks._view.peek().report
     assert report is not None and report._bar is not None  # (drawn on a terminal only)
     ds[::-1]  # every block: the copy is whole
     said = [r.getMessage() for r in caplog.records if "decoded whole" in r.getMessage()]
@@ -537,5 +537,5 @@ def test_no_bar_when_asked(gzip_file: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(fill_report.PROGRESS_ENV, "0")
     ds = H5LazyDataset(gzip_file, "x")
     ds[[200, 3, 100]]
-    report = engine_of(ds)._decoded._view.peek().report
+    report = engine_of(ds).decoded.blocks._view.peek().report
     assert report is not None and report._bar is None

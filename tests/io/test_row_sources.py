@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nn_handler._io.chunks.engine import ChunkEngine
+from nn_handler._io.chunks.h5py_rows import H5pyDataset
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.choice import block_source
@@ -40,9 +41,10 @@ def _readers(path: Path) -> dict[str, RowReader]:
     readers["slabs"] = slabs
     if chosen.chunk_rows is not None:
         h5 = RowReader(H5Source(str(path), FileOptions()), "x")
-        blocks = block_source(h5.source.dataset("x"), h5.source, decode=False)
+        h5py_rows = H5pyDataset(h5.source, "x")
+        blocks = block_source(h5.source.dataset("x"), h5.source, h5py_rows, decode=False)
         assert blocks is not None
-        h5._rows = ChunkedRows(h5.rows, h5.source, ChunkEngine(h5.source, blocks))
+        h5._rows = ChunkedRows(h5.rows, h5.source, ChunkEngine(h5.source, blocks, h5py_rows))
         readers["chunks-h5py"] = h5
     return readers
 

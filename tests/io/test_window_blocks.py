@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from nn_handler._io.chunks.engine import whole_runs
+from nn_handler._io.chunks.read_ahead import whole_runs
 from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
@@ -95,7 +95,7 @@ def test_prefetch_decodes_ahead_and_read_uses_it(make_h5):
     blocks = ds._x._rows.engine
     decoded = []
     original = blocks.source.fill
-    blocks.source.fill = lambda dset, b, dest: decoded.append(b) or original(dset, b, dest)
+    blocks.source.fill = lambda b, dest: decoded.append(b) or original(b, dest)
     ds.read_ahead([0, 9, 17])
     for _ in range(200):  # the pool finishes in the background
         if len(blocks.cache) == 3:

@@ -260,9 +260,9 @@ def test_epoch_through_batched_loader_decodes_each_chunk_once(make_h5):
     source = ds._x._rows.engine.source  # the engine fills one chunk per call
     original = source.fill
 
-    def spy(dset, block, dest):
+    def spy(block, dest):
         decoded.append(block)
-        return original(dset, block, dest)
+        return original(block, dest)
 
     source.fill = spy
     loader.sampler.set_epoch(1)

@@ -307,9 +307,9 @@ def test_chunk_shuffle_epoch_reads_every_row_once_and_each_chunk_once(files):
     source = reader._rows.engine.source  # the engine fills one chunk per call
     original = source.fill
 
-    def spy(dset, block, dest):
+    def spy(block, dest):
         decoded.append(block)
-        return original(dset, block, dest)
+        return original(block, dest)
 
     source.fill = spy
     seen = list(loader)

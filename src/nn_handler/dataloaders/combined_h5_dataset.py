@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import DataLoader
 
 from .._io import (
     FileOptions,
@@ -44,6 +44,7 @@ from ._combined.index import build_index
 from ._combined.loader_options import check_dataset_kwargs, choose_workers, loader_options
 from ._core import FileDataset
 from ._tensors.split import split_batch
+from ._transport import in_worker_process
 from .loader import batched_loader
 from .samplers import DistributedEpochSampler
 from .samplers.shards import EvenMode, equal_steps_option
@@ -276,7 +277,7 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Return the samples at ``indices`` as a list of dicts, reading the batch at once."""
         idx = as_index_array(indices, len(self))
-        return split_batch(self._batch(idx))
+        return split_batch(self._batch(idx, leaves=False))  # torch's collate stacks them again
 
     @property
     def _cache(self) -> Sized:
@@ -335,10 +336,11 @@ class CombinedHDF5Dataset(FileDataset[dict[str, Any]]):
         fields = {n: (f.row_shape, f.dtype) for n, f in self._plan.fields.items()}
         return _ProcessState(SampleCache(self.cache_size, fields) if self.cache_size else None)
 
-    def _batch(self, idx: IndexArray) -> dict[str, Any]:
+    def _batch(self, idx: IndexArray, *, leaves: bool = True) -> dict[str, Any]:
+        """The batch at ``idx``; pinned when it ``leaves`` as it is, to a GPU from this process."""
         with self._lock.get():
             arrays = self._fetch(idx)
-        pin = self._pin and get_worker_info() is None
+        pin = leaves and self._pin and not in_worker_process()
         return to_batch(arrays, self._plan.fields, self.dtype, pin)
 
     def _fetch(self, idx: IndexArray) -> dict[str, np.ndarray[Any, Any]]:

@@ -267,11 +267,9 @@ class H5LazyDataset(RowReaderDataset[Sample]):
         return self._past_the_end_refreshes(self._samples, indices)
 
     def _samples(self, indices: Sequence[int]) -> list[Sample]:
-        xs = self._x_col.samples(self._x.read(indices), indices)
-        ys = None
-        if self._y is not None and self._y_col is not None:
-            ys = self._y_col.samples(self._y.read(indices), indices)
-        return split_samples(xs, ys, self.transform, self.target_transform)
+        # torch's collate stacks the samples again: the batch stays in this process's memory
+        x, y = self._read_batch(indices, leaves=False)
+        return split_samples(x, y, self.transform, self.target_transform)
 
     def _sample(self, index: Any) -> Any:
         x = self._x_col.read_one(self._x, index)
@@ -282,21 +280,30 @@ class H5LazyDataset(RowReaderDataset[Sample]):
         return x, y if self.target_transform is None else self.target_transform(y)
 
     def _batch(self, indices: Any) -> Any:
-        x = self._stack(self._x, self._x_col, indices, self.transform)
-        if self._y is None or self._y_col is None:
+        x, y = self._read_batch(indices, leaves=True)
+        x = x if self.transform is None else restack(self.transform, x)
+        if y is None:
             return x
-        return x, self._stack(self._y, self._y_col, indices, self.target_transform)
+        return x, y if self.target_transform is None else restack(self.target_transform, y)
 
-    def _stack(
-        self, reader: Reader, column: Column, indices: Any, fn: Callable[[Any], Any] | None
-    ) -> Any:
-        if fn is None and column.kind.kind == "numeric":
-            # numbers: read (and cast) in place, in shared memory inside worker processes
-            return self._read_rows(reader, indices, column.cast)
-        rows = reader.read(indices)
-        if fn is None:
-            return column.batch(rows, indices)
-        return restack(fn, column.samples(rows, indices))
+    def _read_batch(self, indices: Any, *, leaves: bool) -> tuple[Any, Any | None]:
+        """The batch at ``indices``, one value per key (``y`` None without one), untransformed.
+
+        The one read of a batch, for ``__getitems__`` (``leaves=False``: it is split into samples
+        next) and for a stacked batch (``batched_loader``, ``dataset[indices]``): a key's rows
+        the batch keeps as they are read go straight into the buffer that leaves a worker
+        process (``_read_rows``).
+        """
+        x = self._column_batch(self._x, self._x_col, indices, leaves and self.transform is None)
+        if self._y is None or self._y_col is None:
+            return x, None
+        keep = leaves and self.target_transform is None
+        return x, self._column_batch(self._y, self._y_col, indices, keep)
+
+    def _column_batch(self, reader: Reader, column: Column, indices: Any, leaves: bool) -> Any:
+        if column.kind.kind == "numeric":  # numbers: read (and cast) in place
+            return self._read_rows(reader, indices, column.cast, leaves=leaves)
+        return column.batch(reader.read(indices), indices)
 
     def __repr__(self) -> str:
         parts = [f"path={self.path!r}", f"x_key={self.x_key!r} {_describe(self._x, self.x_dtype)}"]

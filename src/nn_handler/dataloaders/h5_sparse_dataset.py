@@ -238,12 +238,13 @@ class H5SparseDataset(ChunkedDataset[Any]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Return the rows at ``indices`` as a list of dense samples, reading them at once."""
         idx = as_index_array(indices, len(self))
-        x = torch.from_numpy(self._dense(idx))
+        # torch's collate stacks the samples again: the batch stays in this process's memory
+        x = torch.from_numpy(self._dense(idx, leaves=False))
         return split_samples(x, None if self._labels is None else self._label_batch(idx))
 
     def _x_batch(self, idx: IndexArray) -> torch.Tensor:
         if self.output == "dense":
-            return torch.from_numpy(self._dense(idx))
+            return torch.from_numpy(self._dense(idx, leaves=True))
         direct = self._entries_in_order(idx)
         if direct is not None:
             return to_csr_tensor(direct, None, self.n_cols, self.dtype)
@@ -286,12 +287,13 @@ class H5SparseDataset(ChunkedDataset[Any]):
         canonical = strictly_increasing_rows(cols, ordered)
         return RowEntries(ordered, cols, data, canonical, canonical)
 
-    def _dense(self, idx: IndexArray) -> np.ndarray[Any, Any]:
+    def _dense(self, idx: IndexArray, *, leaves: bool) -> np.ndarray[Any, Any]:
+        """Rows ``idx`` as one dense batch; the batch that ``leaves`` a worker, into its buffer."""
         rows, inverse = self._entries(idx)
         # in a worker process, scattered straight into a slot of its batch ring: a dense
         # single-cell batch is large (4,096 cells x 20,000 genes: 328 MB) and a copy costs
         slot = None
-        if inverse is None or inverse.size == rows.lengths.size:  # repeats: to_dense copies
+        if leaves and (inverse is None or inverse.size == rows.lengths.size):  # repeats: copies
             slot = self._output_buffer((idx.size, self.n_cols), self.dtype)
         out = None if slot is None else slot.numpy()
         return to_dense(rows, inverse, self.n_cols, self.dtype, out)

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from .._devices import check_device
 from .._io import (
@@ -355,18 +354,30 @@ class RankMemCachedH5Dataset(FileDataset[Sample]):
             if self.y is None:
                 return x
             return x, _apply(self.target_transform, self.y[i].clone())
-        idx = self._index_tensor(index)
-        x = _gather(self.x, idx, self.transform, self._pin_batches())
-        if self.y is None:
+        x, y = self._gathered(self._index_tensor(index), leaves=True)
+        x = x if self.transform is None else restack(self.transform, x)
+        if y is None:
             return x
-        return x, _gather(self.y, idx, self.target_transform, self._pin_batches())
+        return x, y if self.target_transform is None else restack(self.target_transform, y)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
         """Return the samples at ``indices`` as a list, gathered at once."""
-        idx = self._index_tensor(indices)
-        x = _select(self.x, idx)  # one gather per tensor; samples are views of its rows
-        y = None if self.y is None else _select(self.y, idx)
+        # torch's collate stacks the samples again: the batch stays in this process's memory
+        x, y = self._gathered(self._index_tensor(indices), leaves=False)
         return split_samples(x, y, self.transform, self.target_transform)
+
+    def _gathered(self, idx: torch.Tensor, *, leaves: bool) -> tuple[Any, Any | None]:
+        """Rows ``idx`` of each cached tensor (``y`` None without one), one gather each.
+
+        The one gather of a batch, for ``__getitems__`` (``leaves=False``: split into samples,
+        views of its rows, next) and for a stacked batch: a tensor the batch keeps as gathered
+        goes straight into pinned memory or the buffer that leaves a worker process.
+        """
+        x = _gather(self.x, idx, leaves and self.transform is None, self._pin_batches())
+        if self.y is None:
+            return x, None
+        keep = leaves and self.target_transform is None
+        return x, _gather(self.y, idx, keep, self._pin_batches())
 
     def _extent(self) -> int:
         """Positions served: ``len(self)`` (padded), or the whole shard when ``"drop"``."""
@@ -391,7 +402,7 @@ class RankMemCachedH5Dataset(FileDataset[Sample]):
     def _pin_batches(self) -> bool:
         # Pinned batches help only the process that copies to the GPU; a DataLoader worker's
         # batches are pinned by DataLoader(pin_memory=True) in the main process instead.
-        return self.is_pinned and get_worker_info() is None
+        return self.is_pinned and not in_worker_process()
 
     def _sources(self) -> list[H5Source]:
         return []  # the file was closed after the preload: ``close()`` has nothing to do
@@ -482,11 +493,10 @@ def _as_numpy(tensor: torch.Tensor) -> np.ndarray[Any, Any] | None:
         return None
 
 
-def _gather(
-    cache: torch.Tensor, idx: torch.Tensor, fn: Callable[[Any], Any] | None, pinned: bool
-) -> Any:
-    if fn is not None:
-        return restack(fn, _select(cache, idx))
+def _gather(cache: torch.Tensor, idx: torch.Tensor, leaves: bool, pinned: bool) -> Any:
+    """Rows ``idx`` of ``cache``; where the batch ``leaves`` as gathered, into its buffer."""
+    if not leaves:
+        return _select(cache, idx)
     shape = (len(idx), *cache.shape[1:])
     if pinned:
         return _select(cache, idx, torch.empty(shape, dtype=cache.dtype, pin_memory=True))

@@ -7,7 +7,8 @@ every sample, a small fraction of the rows per second its chunks decode at.
 Nothing fails, so nothing would tell the user. ``RandomOrderCost`` watches the reads: the first
 batch of at least ``_MIN_ROWS`` rows that decodes ``_RANDOM`` times the blocks a chunk order
 would (``rows / block_rows``, and a block at each end; blocks the window held or decoded ahead
-cost nothing) logs one warning naming the cost and the fixes.
+cost nothing) logs one warning naming the cost and the fixes. ``watch_order`` says which datasets
+are watched: those read through a window too small for them.
 The flag lives in memory shared with forked workers, so the warning is said once per dataset,
 not once per worker.
 """
@@ -21,7 +22,9 @@ import shlex
 import numpy as np
 
 from ..._validate import format_bytes
+from ..file.source import H5Source
 from ..storage.byte_source import shared_memory
+from .decoded import decoded_budget
 from .sources import Geometry
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "RandomOrderCost",
     "random_order_advice",
     "rewrite_command",
+    "watch_order",
 ]
 
 #: chunks this small make a random row decode little beyond itself (what a rewrite writes)
@@ -60,6 +64,12 @@ class RandomOrderCost:
         self._said[0] = 1
         _log.warning("nn_handler: %s", self.message(blocks / rows))
 
+    def advice(self) -> str:
+        """What a random order costs this dataset, and the fixes (``random_order_advice``)."""
+        g = self.geometry
+        decoded = g.count * g.block_nbytes
+        return random_order_advice(g.path, decoded, self.budget, g.block_rows, g.row_nbytes)
+
     def message(self, per_row: float) -> str:
         """The warning for ``per_row`` chunk decodes per sample."""
         g = self.geometry
@@ -84,6 +94,20 @@ class RandomOrderCost:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._said = np.frombuffer(shared_memory(1), np.uint8)
+
+
+def watch_order(file: H5Source, geometry: Geometry) -> RandomOrderCost | None:
+    """A watch for random orders, for a dataset read through a window too small for it.
+
+    Asked only of a dataset that is not decoded whole and not decoded in moments.
+    """
+    size = geometry.count * geometry.block_nbytes
+    if geometry.block_rows == 1 or size <= file.options.rdcc_nbytes:
+        return None  # the window holds every block: each is decoded once
+    if file.may_grow or file.swmr_mode:
+        return None
+    budget = None if file.is_remote else decoded_budget(file.options.decoded_budget_bytes)
+    return RandomOrderCost(geometry, budget)
 
 
 def rewrite_command(path: str, *options: str) -> str:

@@ -1,7 +1,7 @@
 """Where a decoded block comes from: one interface, three ways to fill it.
 
 A *block* is ``block_rows`` rows starting at ``b * block_rows`` (every chunk whose first index
-is a multiple of the chunk's rows; several when chunks split rows). The engine (``engine.py``)
+is a multiple of the chunk's rows; several when chunks split rows). The engine (``fills.py``)
 asks a ``BlockSource`` to fill one block into a destination it owns: a slot of the window, a
 scratch block, or rows of the caller's batch. The three sources, best first (which one serves a
 dataset is decided with the rest of how its rows are read, in ``rows/choice.py``):
@@ -15,6 +15,9 @@ dataset is decided with the rest of how its rows are read, in ``rows/choice.py``
   never asked for their raw bytes (``file/chunk_walk.read_direct_chunk`` says why).
 * ``H5pyBlocks``: h5py decodes the block itself, under its lock (filters we do not decode, or
   data whose stored bytes are not its values).
+
+What h5py serves, each source asks of the one ``read_with_h5py`` callable it was built with
+(``h5py_rows.py``), never of a dataset handle passed along with every call.
 
 A chunk that does not decode (a bad checksum, a corrupt stream, the wrong size) raises
 ``CorruptFileError`` naming the file, the dataset and the chunk; it is never handed to HDF5 as
@@ -31,12 +34,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import h5py
 import numpy as np
 
 from ..errors import CorruptFileError
-from ..file.chunk_walk import WrittenChunks, read_direct_chunk
+from ..file.chunk_walk import WrittenChunks
 from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
+from .h5py_rows import H5pyDataset, ReadWithH5py, row_span
 from .pool import run_parallel
 from .table import ChunkTable
 
@@ -111,7 +114,7 @@ class BlockSource(Protocol):
     def releases_gil(self) -> bool:
         """True when blocks are read and decoded outside the GIL and h5py's lock."""
 
-    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
         """Write block ``block``'s rows into ``dest`` (C-contiguous, ``block_rows`` rows).
 
         Rows past the end of the dataset (a short last block) are never served; a source may
@@ -125,7 +128,7 @@ class BlockSource(Protocol):
     def decodes_heads(self) -> bool:
         """True when ``head`` may decode a block only as far as asked (else it returns None)."""
 
-    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
+    def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """The first ``rows`` rows of ``block``, decoded only that far; None when it cannot."""
 
     @property
@@ -138,7 +141,6 @@ class BlockSource(Protocol):
 
     def fill_many(
         self,
-        dset: h5py.Dataset,
         tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
         *,
         parallel: bool = True,
@@ -155,7 +157,7 @@ class BlockSource(Protocol):
     def reads_runs(self) -> bool:
         """True when ``fill_run`` reads consecutive blocks cheaper than a ``fill`` each."""
 
-    def fill_run(self, dset: h5py.Dataset, first: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill_run(self, first: int, dest: np.ndarray[Any, Any]) -> None:
         """Fill blocks ``first, first + 1, ...`` into ``dest`` (whole blocks, in order)."""
 
 
@@ -167,12 +169,11 @@ class _Blocks(abc.ABC):
     reads_runs = False
 
     @abc.abstractmethod
-    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
 
     def fill_many(
         self,
-        dset: h5py.Dataset,
         tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
         *,
         parallel: bool = True,
@@ -181,18 +182,18 @@ class _Blocks(abc.ABC):
 
         def fill(task: tuple[int, np.ndarray[Any, Any]]) -> BaseException | None:
             try:
-                self.fill(dset, *task)
+                self.fill(*task)
             except Exception as exc:  # reported per block: readahead settles each one
                 return exc
             return None
 
         return run_parallel(fill, tasks) if parallel else [fill(task) for task in tasks]
 
-    def fill_run(self, dset: h5py.Dataset, first: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill_run(self, first: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill_run``."""
         blocks = dest.reshape(-1, self.geometry.block_rows, *self.geometry.row_shape)
         for k, block in enumerate(blocks):
-            self.fill(dset, first + k, block)
+            self.fill(first + k, block)
 
     def advise(self, blocks: Sequence[int]) -> None:  # noqa: B027 (a default, not abstract)
         """Nothing: the source reads its bytes itself (h5py, or one chunk at a time)."""
@@ -204,17 +205,18 @@ class H5pyBlocks(_Blocks):
     decodes = False
     releases_gil = False
 
-    def __init__(self, geometry: Geometry) -> None:
+    def __init__(self, geometry: Geometry, read_with_h5py: ReadWithH5py) -> None:
         self.geometry = geometry
+        self._read = read_with_h5py
 
-    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
         lo, hi = self.geometry.bounds(block)
-        dset.read_direct(dest, np.s_[lo:hi], np.s_[: hi - lo])
+        self._read(row_span(lo, hi), dest[: hi - lo])
 
     decodes_heads = False
 
-    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
+    def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """None: h5py reads whole blocks."""
         return None
 
@@ -230,17 +232,23 @@ class TableChunks(_Blocks):
     decodes = True
     releases_gil = True
 
-    def __init__(self, geometry: Geometry, table: ChunkTable, pipeline: ChunkPipeline) -> None:
+    def __init__(
+        self,
+        geometry: Geometry,
+        table: ChunkTable,
+        pipeline: ChunkPipeline,
+        read_with_h5py: ReadWithH5py,
+    ) -> None:
         self.geometry, self.table, self.pipeline = geometry, table, pipeline
-        self._h5py = H5pyBlocks(geometry)
+        self._h5py = H5pyBlocks(geometry, read_with_h5py)  # a filter variant we do not decode
         self.batches_reads = table.local is None
         # a local file: small chunks stored side by side read in spans (``fill_run``)
         self.reads_runs = not self.batches_reads
 
-    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
         raw, mask = self.table.read(block)
-        self._decode(dset, block, raw, mask, dest)
+        self._decode(block, raw, mask, dest)
 
     def advise(self, blocks: Sequence[int]) -> None:
         """See ``BlockSource.advise``: the kernel reads each span of them in one request."""
@@ -248,7 +256,6 @@ class TableChunks(_Blocks):
 
     def fill_many(
         self,
-        dset: h5py.Dataset,
         tasks: Sequence[tuple[int, np.ndarray[Any, Any]]],
         *,
         parallel: bool = True,
@@ -266,7 +273,7 @@ class TableChunks(_Blocks):
 
         def decode(k: int) -> BaseException | None:
             try:
-                self._decode(dset, blocks[k], raws[k], masks[k], tasks[k][1])
+                self._decode(blocks[k], raws[k], masks[k], tasks[k][1])
             except Exception as exc:  # reported per block: readahead settles each one
                 return exc
             return None
@@ -274,7 +281,7 @@ class TableChunks(_Blocks):
         jobs = range(len(tasks))
         return run_parallel(decode, jobs) if parallel else [decode(k) for k in jobs]
 
-    def fill_run(self, dset: h5py.Dataset, first: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill_run(self, first: int, dest: np.ndarray[Any, Any]) -> None:
         """Fill blocks ``first, first + 1, ...`` into ``dest`` (whole blocks, in order).
 
         For reading many small chunks in order: chunks stored side by side are read in spans
@@ -304,13 +311,12 @@ class TableChunks(_Blocks):
                 except ChunkDecodeError:  # one at a time: names the chunk, or lets h5py read it
                     for k, (start, size) in enumerate(spans, a):
                         chunk = raw[start : start + size]
-                        self._decode(dset, first + k, chunk, int(run.masks[k]), blocks[k])
+                        self._decode(first + k, chunk, int(run.masks[k]), blocks[k])
 
             run_parallel(decode, _parts(span, per_task))
 
     def _decode(
         self,
-        dset: h5py.Dataset,
         block: int,
         raw: np.ndarray[Any, Any],
         mask: int,
@@ -319,7 +325,7 @@ class TableChunks(_Blocks):
         try:
             self.pipeline.decode_into(raw, mask, dest.reshape(-1).view(np.uint8))
         except UnsupportedChunkError:
-            self._h5py.fill(dset, block, dest)  # a filter variant we do not decode
+            self._h5py.fill(block, dest)  # a filter variant we do not decode
         except ChunkDecodeError as exc:
             at = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
             raise self.geometry.corrupt(at, exc) from exc
@@ -329,7 +335,7 @@ class TableChunks(_Blocks):
         """See ``BlockSource.decodes_heads``."""
         return self.pipeline.decodes_head
 
-    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
+    def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """See ``BlockSource.head`` (plain deflate, or a shuffle over one compressor)."""
         if not self.pipeline.decodes_head:
             return None
@@ -340,7 +346,8 @@ class TableChunks(_Blocks):
 class DirectChunks(_Blocks):
     """Raw chunks read by h5py's ``read_direct_chunk`` (tile by tile), decoded by the pipeline.
 
-    ``written`` says which chunks hold bytes; the others are HDF5's fill value.
+    ``written`` says which chunks hold bytes; the others are HDF5's fill value. ``dataset``
+    reads the raw chunks, and the values h5py serves.
     """
 
     decodes = True
@@ -352,29 +359,30 @@ class DirectChunks(_Blocks):
         chunks: tuple[int, ...],
         pipeline: ChunkPipeline,
         written: WrittenChunks,
+        dataset: H5pyDataset,
     ) -> None:
         self.geometry, self.chunks, self.pipeline = geometry, chunks, pipeline
-        self.written = written
+        self.written, self._h5py = written, dataset
         self._tiles = _tiles(geometry.row_shape, chunks[1:])
 
-    def fill(self, dset: h5py.Dataset, block: int, dest: np.ndarray[Any, Any]) -> None:
+    def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
         """See ``BlockSource.fill``."""
         lo, hi = self.geometry.bounds(block)
         for offset, region in self._tiles:
-            self._fill_tile(dset, (lo, *offset), dest[(slice(0, hi - lo), *region)])
+            self._fill_tile((lo, *offset), dest[(slice(0, hi - lo), *region)])
 
     @property
     def decodes_heads(self) -> bool:
         """See ``BlockSource.decodes_heads``."""
         return len(self._tiles) == 1 and self.pipeline.decodes_head
 
-    def head(self, dset: h5py.Dataset, block: int, rows: int) -> np.ndarray[Any, Any] | None:
+    def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
         """See ``BlockSource.head`` (``ChunkPipeline.decode_head``'s, chunks of whole rows)."""
         if not self.decodes_heads:
             return None
         offset = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
         try:
-            found = read_direct_chunk(dset.id, offset, self.written)
+            found = self._h5py.raw_chunk(offset, self.written)
         except (RuntimeError, OSError):
             return None  # unreadable: the whole block says why
         if found is None:
@@ -382,15 +390,13 @@ class DirectChunks(_Blocks):
         mask, raw = found
         return _head(self.geometry, self.pipeline, np.frombuffer(raw, np.uint8), mask, rows)
 
-    def _fill_tile(
-        self, dset: h5py.Dataset, offset: tuple[int, ...], dest: np.ndarray[Any, Any]
-    ) -> None:
+    def _fill_tile(self, offset: tuple[int, ...], dest: np.ndarray[Any, Any]) -> None:
         try:
-            found = read_direct_chunk(dset.id, offset, self.written)
+            found = self._h5py.raw_chunk(offset, self.written)
         except (RuntimeError, OSError) as exc:  # a chunk the index lists, unreadable
             raise self.geometry.corrupt(offset, exc) from exc
         if found is None:
-            dest[...] = dset[_selection(offset, dest.shape)]  # HDF5 serves the fill value
+            self._h5py(_selection(offset, dest.shape), dest)  # HDF5 serves the fill value
             return
         mask, raw = found
         whole = dest.flags.c_contiguous and dest.nbytes == self.pipeline.chunk_nbytes
@@ -400,7 +406,7 @@ class DirectChunks(_Blocks):
                 np.frombuffer(raw, np.uint8), mask, chunk.reshape(-1).view(np.uint8)
             )
         except UnsupportedChunkError:  # a filter variant we do not decode
-            dest[...] = dset[_selection(offset, dest.shape)]
+            self._h5py(_selection(offset, dest.shape), dest)
             return
         except ChunkDecodeError as exc:
             raise self.geometry.corrupt(offset, exc) from exc

@@ -33,6 +33,7 @@ import numpy as np
 from ..chunks.codecs import pipeline_for
 from ..chunks.decoded import decoded_budget
 from ..chunks.engine import ChunkEngine
+from ..chunks.h5py_rows import H5pyDataset
 from ..chunks.sources import BlockSource, DirectChunks, Geometry, H5pyBlocks, TableChunks
 from ..chunks.table import ChunkTable
 from ..file.chunk_walk import WrittenChunks, read_chunk_index
@@ -62,9 +63,11 @@ def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowS
     mapped = _mapped(dset, source, rows, layout)
     if mapped is not None:
         return mapped
-    blocks = block_source(dset, source, decode=layout.fast_paths_allowed, index=layout.chunks)
+    h5py_rows = H5pyDataset(source, rows.key)
+    decode = layout.fast_paths_allowed
+    blocks = block_source(dset, source, h5py_rows, decode=decode, index=layout.chunks)
     if blocks is not None:
-        return ChunkedRows(rows, source, ChunkEngine(source, blocks))
+        return ChunkedRows(rows, source, ChunkEngine(source, blocks, h5py_rows))
     ranged = _ranged(dset, source, rows, layout)
     if ranged is not None:
         return ranged
@@ -72,9 +75,16 @@ def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowS
 
 
 def block_source(
-    dset: h5py.Dataset, source: H5Source, *, decode: bool, index: ChunkIndex | None = None
+    dset: h5py.Dataset,
+    source: H5Source,
+    h5py_rows: H5pyDataset,
+    *,
+    decode: bool,
+    index: ChunkIndex | None = None,
 ) -> BlockSource | None:
     """The best source of whole blocks for chunked ``dset``, or None (no rows to serve).
+
+    ``h5py_rows``: the dataset as h5py reads it in each process (what the sources ask of h5py).
 
     ``decode``: whether raw chunks may be decoded by us at all (``Layout.fast_paths_allowed``);
     then every filter must also be one the pipeline decodes. ``index``: the chunk index the
@@ -92,14 +102,14 @@ def block_source(
     geometry = Geometry(source.path, dset.name, shape[0], shape[1:], dset.dtype, chunks[0], filters)
     pipeline = pipeline_for(dset) if decode else None
     if pipeline is None:
-        return H5pyBlocks(geometry)
+        return H5pyBlocks(geometry, h5py_rows)
     if index is None:
         index = read_chunk_index(dset, f"dataset {dset.name!r} of {source.path!r}")
     table = _chunk_table(dset, source, index)
     if table is not None:
-        return TableChunks(geometry, table, pipeline)
+        return TableChunks(geometry, table, pipeline, h5py_rows)
     written = WrittenChunks(index, may_grow=source.may_grow or source.swmr_mode)
-    return DirectChunks(geometry, chunks, pipeline, written)
+    return DirectChunks(geometry, chunks, pipeline, written, h5py_rows)
 
 
 def _mapped(

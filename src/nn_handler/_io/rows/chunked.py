@@ -3,14 +3,15 @@
 The chunk engine (``chunks/engine.py``) keeps a window of decoded blocks and fills the missing
 ones from its ``BlockSource``: raw chunks decoded by us in the decode pool (``decode``), or
 blocks h5py decodes (``chunks``). HDF5's own chunk cache is off for these datasets (the window
-is the cache), so they are opened with ``chunk_cache=False``.
+is the cache): the engine's h5py handle is opened with ``chunk_cache=False``
+(``chunks/h5py_rows.py``). Every read opens the file in this process first, as h5py reads do,
+so the reader's check that the file is unchanged looks at it even when no chunk needs h5py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import h5py
 import numpy as np
 
 from ..chunks.engine import ChunkEngine
@@ -26,7 +27,7 @@ class ChunkedRows(BaseRows):
 
     Args:
         rows: The dataset's rows.
-        source: The file (each process opens the dataset through it).
+        source: The file (each process opens it before reading).
         engine: The dataset's chunk engine.
     """
 
@@ -58,11 +59,13 @@ class ChunkedRows(BaseRows):
     ) -> np.ndarray[Any, Any]:
         """See ``RowSource.read``: through the window."""
         out = self.rows.empty(idx.size) if out is None else out
-        return self.engine.read(self._dataset(), idx, out)
+        self._open()
+        return self.engine.read(idx, out)
 
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
         """See ``RowSource.read_range``: whole blocks straight into ``out``."""
-        self.engine.read_range(self._dataset(), start, stop, out)
+        self._open()
+        self.engine.read_range(start, stop, out)
 
     def read_runs(
         self,
@@ -75,7 +78,10 @@ class ChunkedRows(BaseRows):
         """See ``RowSource.read_runs``: copied out of the window, each block decoded once."""
         keep = stops > starts
         starts, stops, dst = starts[keep], stops[keep], dst[keep]
-        if starts.size == 0 or self.engine.read_runs(self._dataset(), starts, stops, dst, out):
+        if starts.size == 0:
+            return
+        self._open()
+        if self.engine.read_runs(starts, stops, dst, out):
             return
         # no window serves them: one batch read of every row, each block decoded once
         runs = list(zip(starts.tolist(), stops.tolist(), dst.tolist(), strict=True))
@@ -95,11 +101,13 @@ class ChunkedRows(BaseRows):
         self, wanted: list[tuple[int, int]], checked: bool
     ) -> list[np.ndarray[Any, Any]]:
         """See ``RowSource.read_heads``: chunks not held decoded only as far as they must be."""
-        return self.engine.heads(self._dataset(), wanted)
+        self._open()
+        return self.engine.heads(wanted)
 
     def read_ahead(self, idx: IndexArray) -> None:
         """Start decoding the blocks rows ``idx`` need, in the pool (when reads release the GIL)."""
-        self.engine.read_ahead(self._dataset(), idx)
+        self._open()
+        self.engine.read_ahead(idx)
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
         """See ``RowSource.plan_window``: the window's size in blocks, and its runs."""
@@ -116,6 +124,6 @@ class ChunkedRows(BaseRows):
         """See ``ChunkEngine.random_order_cost``."""
         return self.engine.random_order_cost()
 
-    def _dataset(self) -> h5py.Dataset:
-        # the window keeps decoded chunks itself: HDF5's cache would double the memory
-        return self.source.dataset(self.rows.key, chunk_cache=False)
+    def _open(self) -> None:
+        # the handle the engine's h5py reads use (HDF5's cache off: the window is the cache)
+        self.source.dataset(self.rows.key, chunk_cache=False)

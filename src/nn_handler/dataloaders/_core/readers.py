@@ -90,17 +90,21 @@ class RowReaderDataset(ChunkedDataset[T_co]):
         for reader in self._row_readers():
             reader.read_ahead(indices)
 
-    def _read_rows(self, reader: Reader, indices: Any, cast: np.dtype[Any] | None) -> torch.Tensor:
+    def _read_rows(
+        self, reader: Reader, indices: Any, cast: np.dtype[Any] | None, *, leaves: bool = True
+    ) -> torch.Tensor:
         """Rows ``indices`` of ``reader`` as one tensor (cast to ``cast``), read in place.
 
-        Numbers are read (and cast) straight into ``_output_buffer``: in a DataLoader worker
-        process the batch then leaves without another copy.
+        ``leaves``: the tensor is the batch that leaves this process as it is. Numbers are then
+        read (and cast) straight into ``_output_buffer``: in a DataLoader worker process the
+        batch leaves without another copy. Otherwise (samples torch's collate stacks again, a
+        batch a transform stacks again) they are read into this process's own memory.
 
         Raises:
             MemoryError: in a worker process, ``/dev/shm`` has no room for the batch.
         """
         final = reader.dtype if cast is None else cast
-        if in_worker_process() and final.isnative and final.kind in "biuf":
+        if leaves and in_worker_process() and final.isnative and final.kind in "biuf":
             idx = as_index_array(indices, reader.length)
             batch = self._output_buffer((idx.size, *reader.row_shape), final)
             if batch is not None:

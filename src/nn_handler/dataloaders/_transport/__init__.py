@@ -1,12 +1,13 @@
 """The transport: how batches get from where they are read to the training loop.
 
 Worker processes hand batches to the main process through batch rings in shared memory
-(``ring``), packed by registered kinds of output (``kinds``: dense, sparse CSR) and rebuilt
+(``ring``), packed by registered tensor layouts (``layouts``: dense, sparse CSR) and rebuilt
 while they are unpickled (``receive``); their queues skip the feeder thread
 (``worker_queues``), the worker iterator does less per batch (``worker_iter``), the start method
 is chosen when workers start (``start_method``); rings and caches are pinned in place
 (``pinned``). Worker threads (``threads``) and the read-ahead announcements
-(``readahead``) feed a loader without processes.
+(``readahead``) feed a loader without processes. Whether code runs in a worker process is
+decided in one place (``worker``).
 
 This module is the interface the rest of the package uses; nothing else imports the modules
 inside. A dataset asks for the tensor it writes a batch into with ``output_buffer``.
@@ -17,9 +18,10 @@ from .pack import pack_batch
 from .pinned import log_once, pin_in_place
 from .readahead import ReadaheadSampler
 from .ring import RING_SLOTS, set_ring_slots
-from .shared_memory import SHM_PATH, in_worker_process, shm_space
+from .shared_memory import SHM_PATH, shm_space
 from .start_method import SafeStartDataLoader
 from .threads import ThreadedDataLoader
+from .worker import in_worker_process
 
 __all__ = [
     "RING_SLOTS",

@@ -9,7 +9,8 @@ import torch
 
 from .._tensors.tensors import torch_dtype
 from .ring import ring_buffer
-from .shared_memory import in_worker_process, new_shared
+from .shared_memory import new_shared
+from .worker import in_worker_process
 
 __all__ = ["output_buffer"]
 

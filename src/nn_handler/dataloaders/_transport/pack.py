@@ -1,4 +1,4 @@
-"""The worker's side of a batch's hand-over: its tensors packed into ring slots by their kinds."""
+"""The worker's side of a batch's hand-over: its tensors packed into ring slots by their layouts."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Any
 import torch
 
 from .._tensors.structure import move
-from .kinds import kind_of
+from .layouts import layout_of
 from .receive import SlotBatch
 from .ring import SlotWriter
-from .shared_memory import in_worker_process, share_batch
+from .shared_memory import share_batch
+from .worker import in_worker_process
 
 __all__ = ["pack_batch"]
 
@@ -18,10 +19,10 @@ __all__ = ["pack_batch"]
 def pack_batch(batch: Any) -> Any:
     """In a worker process, the batch with its tensors moved into ring slots, ready to send.
 
-    Each tensor travels as its kind (``kinds``) packs it: tensors already in a slot (written
+    Each tensor travels as its layout (``layouts``) packs it: tensors already in a slot (written
     there through ``output_buffer``) stay where they are, other dense CPU tensors are copied
     into a free slot, a sparse CSR tensor's parts likewise. Whatever does not go in a slot (a
-    layout with no kind, a ring with no free slot) is moved into a fresh shared-memory
+    layout not registered, a ring with no free slot) is moved into a fresh shared-memory
     segment. Outside worker processes ``batch`` is returned as it is.
 
     Raises:
@@ -37,5 +38,5 @@ def pack_batch(batch: Any) -> Any:
 
 
 def _pack(tensor: torch.Tensor, writer: SlotWriter) -> Any:
-    kind = kind_of(tensor)
-    return tensor if kind is None else kind.pack(tensor, writer)
+    layout = layout_of(tensor)
+    return tensor if layout is None else layout.pack(tensor, writer)

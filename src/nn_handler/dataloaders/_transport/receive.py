@@ -4,7 +4,7 @@ torch's DataLoader takes a worker's batch off its result queue by unpickling it,
 to the pin-memory thread or the user; it offers no step of its own between the two. So the
 packed batch pickles as a call (``SlotBatch.__reduce__``) that the unpickler makes in the main
 process: it keeps the rings the batch announces and turns each reference into its tensor
-(``kinds.rebuild``). This module is the only code that runs inside that unpickling hook.
+(``layouts.rebuild``). This module is the only code that runs inside that unpickling hook.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._tensors.structure import move
-from .kinds import REF_TYPES, rebuild
+from .layouts import REF_TYPES, rebuild
 from .ring import Announcement, SlotReader
 
 __all__ = ["SlotBatch"]
@@ -23,7 +23,7 @@ class SlotBatch:
 
     Args:
         announced: The rings this batch is the first to use.
-        packed: The batch, its tensors in slots replaced by their kinds' references.
+        packed: The batch, its tensors in slots replaced by their layouts' references.
     """
 
     def __init__(self, announced: list[Announcement], packed: Any):

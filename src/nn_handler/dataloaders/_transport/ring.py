@@ -15,7 +15,7 @@ mapping, no page fault.
 
 This module knows bytes in slots only: a dense tensor placed (``SlotWriter``) and viewed again
 (``SlotReader``). Which tensors of a batch travel in slots, and how a tensor of another layout is
-taken apart into dense parts and put together again, is the registered kinds' (``kinds``).
+taken apart into dense parts and put together again, is the registered layouts' (``layouts``).
 
 A slot belongs to the main process from the moment its batch is sent until the last tensor
 viewing it is freed there (a ``weakref.finalize`` on the slot's array, which every view keeps
@@ -45,11 +45,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from ..._io import PerProcess, process_stamp, started_process_alive
 from .pinned import pin_in_place
-from .shared_memory import in_worker_process, new_shared, shm_space
+from .shared_memory import new_shared, shm_space
+from .worker import in_worker_process, loader_workers
 
 __all__ = [
     "RING_SLOTS",
@@ -167,10 +167,8 @@ class _WorkerRings:
             slot_nbytes = _round_up(nbytes + nbytes // 4)
         if slot_nbytes in self.refused:
             return None
-        info = get_worker_info()
-        workers = info.num_workers if info is not None else 1
         space = shm_space()
-        room = self.slots if space is None else space[0] // (2 * workers) // slot_nbytes
+        room = self.slots if space is None else space[0] // (2 * loader_workers()) // slot_nbytes
         slots = min(self.slots, room)
         if slots < 2:
             self.refused.add(slot_nbytes)

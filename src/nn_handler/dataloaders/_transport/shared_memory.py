@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from ..._io import SHM_FOLDER, off
 from ..._validate import format_bytes
 from .._tensors.tensors import torch_dtype
+from .worker import in_worker_process
 
-__all__ = ["SHM_PATH", "in_worker_process", "new_shared", "share_batch", "shm_space"]
+__all__ = ["SHM_PATH", "new_shared", "share_batch", "shm_space"]
 
 SHM_PATH = "/dev/shm"
 # what torch's shared-memory allocators report when the segment cannot get its pages
@@ -47,11 +47,6 @@ def shm_space(path: str | None = SHM_FOLDER) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-
-
-def in_worker_process() -> bool:
-    """True in a DataLoader worker process (whose batches leave through shared memory)."""
-    return get_worker_info() is not None
 
 
 def new_shared(shape: tuple[int, ...], dtype: np.dtype[Any]) -> torch.Tensor:

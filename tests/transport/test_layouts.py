@@ -1,8 +1,8 @@
-"""_transport/kinds (dense, csr): which tensors travel in ring slots, taken apart and rebuilt.
+"""_transport/layouts (dense, csr): which tensors travel in ring slots, taken apart and rebuilt.
 
-A registered kind (sparse CSR) crosses in slots and is rebuilt by us, without torch's
+A registered layout (sparse CSR) crosses in slots and is rebuilt by us, without torch's
 "invariant checks are implicitly disabled" warning (pytest makes warnings errors); a layout
-with no kind (COO, CSC) goes torch's own way and still arrives equal, in one process and from
+not registered (COO, CSC) goes torch's own way and still arrives equal, in one process and from
 a real worker process.
 """
 
@@ -19,10 +19,10 @@ import torch
 from torch.utils.data import Dataset
 
 from nn_handler.dataloaders import batched_loader
-from nn_handler.dataloaders._transport import csr, dense, kinds, pack_batch, ring
+from nn_handler.dataloaders._transport import csr, dense, layouts, pack_batch, ring
 from nn_handler.dataloaders._transport.receive import SlotBatch
 
-# torch's own warning when it rebuilds a sparse tensor of a layout with no kind
+# torch's own warning when it rebuilds a sparse tensor of a layout not registered
 _TORCHS_WAY = "ignore:Sparse invariant checks are implicitly disabled:UserWarning"
 
 
@@ -37,13 +37,13 @@ def _csr(rows: int, cols: int, seed: int) -> torch.Tensor:
         return (dense_ * (dense_ > 0.7)).to_sparse_csr()
 
 
-def test_each_layout_has_its_kind_or_none():
-    assert kinds.kind_of(torch.zeros(2)) is kinds.KINDS[torch.strided]
-    assert kinds.kind_of(torch.zeros(2)).pack is dense.pack  # type: ignore[union-attr]
-    assert kinds.kind_of(_csr(3, 4, seed=0)).pack is csr.pack  # type: ignore[union-attr]
-    assert kinds.kind_of(torch.eye(3).to_sparse()) is None  # COO: torch's own way
-    assert kinds.kind_of(torch.eye(3).to_sparse_csc()) is None
-    assert set(kinds.REF_TYPES) == {ring.SlotRef, csr.CsrRef}  # one reference type a kind
+def test_each_torch_layout_is_registered_or_none():
+    assert layouts.layout_of(torch.zeros(2)) is layouts.LAYOUTS[torch.strided]
+    assert layouts.layout_of(torch.zeros(2)).pack is dense.pack  # type: ignore[union-attr]
+    assert layouts.layout_of(_csr(3, 4, seed=0)).pack is csr.pack  # type: ignore[union-attr]
+    assert layouts.layout_of(torch.eye(3).to_sparse()) is None  # COO: torch's own way
+    assert layouts.layout_of(torch.eye(3).to_sparse_csc()) is None
+    assert set(layouts.REF_TYPES) == {ring.SlotRef, csr.CsrRef}  # one reference type a layout
 
 
 def test_a_csr_batch_travels_in_slots_without_torchs_warning(in_worker):
@@ -75,7 +75,7 @@ def test_a_csr_batch_without_slots_for_every_part_goes_the_old_way(in_worker, mo
 
 
 @pytest.mark.filterwarnings(_TORCHS_WAY)
-def test_layouts_without_a_kind_go_torchs_way_in_one_process(in_worker):
+def test_unregistered_layouts_go_torchs_way_in_one_process(in_worker):
     coo, csc = torch.eye(3).to_sparse(), _csr(5, 7, seed=2).to_sparse_csc()
     packed = pack_batch({"coo": coo, "csc": csc})
     assert not isinstance(packed, SlotBatch) and packed["coo"] is coo  # left to torch
@@ -148,7 +148,7 @@ def test_a_csr_batch_from_a_worker_process_arrives_through_rings():
     for batch in loader:  # each dropped before the next: its slots come back
         _check(batch)
         parts = (batch["csr"].crow_indices(), batch["csr"].col_indices(), batch["csr"].values())
-        in_slots += all(_in_a_ring(part) for part in parts)  # views of slots, rebuilt by the kind
+        in_slots += all(_in_a_ring(part) for part in parts)  # views of slots, rebuilt by its layout
         seen += batch["idx"].tolist()
     assert seen == list(range(40))
     # at least the first: a batch in flight while every slot is out goes in fresh segments
@@ -158,7 +158,7 @@ def test_a_csr_batch_from_a_worker_process_arrives_through_rings():
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.filterwarnings(_TORCHS_WAY)
-def test_layouts_without_a_kind_arrive_from_a_worker_process():
+def test_unregistered_layouts_arrive_from_a_worker_process():
     loader = batched_loader(_Sparse(24, others=True), 6, num_workers=1, timeout=60)
     got = list(loader)
     assert torch.cat([b["idx"] for b in got]).tolist() == list(range(24))
