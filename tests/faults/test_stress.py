@@ -1,24 +1,24 @@
 """Fault cases looped under load: CPU burners on every core and a thread making cyclic garbage.
 
-Each case runs in a subprocess of its own session with a bound, so a hang is a failure that
-names the loop it happened in, never a stuck test run (its DataLoader workers are killed with
-it). ``NN_HANDLER_STRESS_LOOPS`` sets the loops (CI: the default; before a release: 200).
+Each loop runs in a process of its own session (forked from one that imported torch once) with a
+bound, so a hang is a failure that names the loop it happened in, never a stuck test run (its
+DataLoader workers are killed with it). ``NN_HANDLER_STRESS_LOOPS`` sets the loops (CI: the default; before a release: 200).
 """
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
+from helpers.forked_runs import run_forked
 from helpers.load import cpu_burners
 
 pytestmark = [pytest.mark.stress, pytest.mark.slow]
 
 LOOPS = int(os.environ.get("NN_HANDLER_STRESS_LOOPS", "8"))
 BOUND_S = 20.0  # no result may be slower than this, under load
+# Each loop is a child forked from one interpreter that imported these (helpers.forked_runs): a
+# fresh interpreter per loop spent most of its time importing torch, which is not the case.
+_PRELOAD = "import h5py, numpy, torch, torch.utils.data, nn_handler.dataloaders"
 
 # A chunked, uncompressed file read by H5LazyDataset with 2 fork workers; a new file is renamed
 # over it between two epochs: the second epoch must raise FileChangedError.
@@ -116,40 +116,28 @@ def burners():
         yield
 
 
-def _run_bounded(script: str, folder) -> tuple[float, str]:
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(folder)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its DataLoader workers die with it when it is late
-    )
-    try:
-        out, err = proc.communicate(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-        return float("inf"), "no result within the bound"
-    assert proc.returncode == 0, err
-    return time.perf_counter() - start, out.strip()
+def _run_loops(script: str, tmp_path) -> list[tuple[float, str]]:
+    """``(seconds, last output)`` of each loop; ``inf`` for one killed at the bound."""
+    folders = [tmp_path / str(loop) for loop in range(LOOPS)]
+    for folder in folders:
+        folder.mkdir()
+    results = []
+    for run in run_forked(_PRELOAD, script, folders, BOUND_S):
+        if run.seconds is None:
+            results.append((float("inf"), "no result within the bound"))
+            continue
+        assert run.returncode == 0, run.err
+        results.append((run.seconds, run.out))
+    return results
 
 
 def test_a_file_replaced_between_epochs_raises_within_the_bound_under_load(tmp_path, burners):
-    results = []
-    for loop in range(LOOPS):
-        folder = tmp_path / str(loop)
-        folder.mkdir()
-        results.append(_run_bounded(_REPLACED, folder))
+    results = _run_loops(_REPLACED, tmp_path)
     slow = [(i, r) for i, r in enumerate(results) if r[0] >= BOUND_S or r[1] != "raised"]
     assert slow == [], f"{len(slow)} of {LOOPS} loops: {slow}"
 
 
 def test_chunks_never_written_read_as_the_fill_value_under_load(tmp_path, burners):
-    results = []
-    for loop in range(LOOPS):
-        folder = tmp_path / str(loop)
-        folder.mkdir()
-        results.append(_run_bounded(_UNWRITTEN, folder))
+    results = _run_loops(_UNWRITTEN, tmp_path)
     wrong = [(i, r) for i, r in enumerate(results) if r[0] >= BOUND_S or r[1] != "same"]
     assert wrong == [], f"{len(wrong)} of {LOOPS} loops: {wrong}"

@@ -51,6 +51,7 @@ from nn_handler.dataloaders import (
 )
 
 WORLD = 2
+LAUNCH_S = 400  # one launch runs the cases of three tests (the ``launched`` fixture)
 
 
 def _epochs(loader: Any, epochs: int = 2) -> list[list[int]]:
@@ -185,10 +186,9 @@ def _rank_cache_pattern(path: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_rank_cache_with_accelerate_prepares_the_model_only_and_is_exact(tmp_path):
-    path = write_indexed(tmp_path / "rows.h5")
-    ranks = run_ddp(_rank_cache_pattern, WORLD, tmp_path / "out", str(path), timeout=240)
+@pytest.mark.timeout(LAUNCH_S + 60)
+def test_rank_cache_with_accelerate_prepares_the_model_only_and_is_exact(launched):
+    ranks = [rank["rank_cache"] for rank in launched[0]]
     assert [rank["rank"] for rank in ranks] == [0, 1]
     for rank in ranks:
         assert "rank-sharded dataset" in rank["refused"] and "prepare the model" in rank["refused"]
@@ -235,16 +235,15 @@ def _silent_split_rank(path: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_settings_that_split_silently_are_exact_or_refused(tmp_path):
+@pytest.mark.timeout(LAUNCH_S + 60)
+def test_settings_that_split_silently_are_exact_or_refused(launched):
     """``use_seedable_sampler=True`` / ``dispatch_batches=True`` tell our samplers nothing.
 
     The samplers notice at the first ``set_epoch`` / pass (every process, so none waits in a
     broadcast for another): over a shard, or when they split across ranks themselves, they
     refuse with the fix; otherwise accelerate's split is the only one and the epoch is exact.
     """
-    path = write_indexed(tmp_path / "rows.h5")
-    ranks = run_ddp(_silent_split_rank, WORLD, tmp_path / "out", str(path), timeout=240)
+    ranks = [rank["silent"] for rank in launched[0]]
     assert [rank["rank"] for rank in ranks] == [0, 1]
     for setting in SILENT_SPLITS:
         for case in SHARD_CASES:
@@ -309,22 +308,35 @@ def _even_batches_rank(paths: dict[int, str]) -> dict[str, Any]:
     return {"runs": runs, "rank": accelerator.process_index}
 
 
+def _launched_rank(path: str, even_paths: dict[int, str]) -> dict[str, Any]:
+    """The cases of the tests below on one process; the rank cache's DDP model comes last."""
+    return {
+        "silent": _silent_split_rank(path),
+        "even": _even_batches_rank(even_paths),
+        "rank_cache": _rank_cache_pattern(path),
+    }
+
+
 @pytest.fixture(scope="module")
-def even_batches_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], dict[int, Any]]:
-    """Every process's batches (one launch for both tests) and each file's ``x``, read by h5py."""
-    folder = tmp_path_factory.mktemp("even_batches")
-    paths = {rows: _write_values(folder / f"rows{rows}.h5", rows) for rows in EVEN_SIZES}
-    ranks = run_ddp(
-        _even_batches_rank,
-        WORLD,
-        folder / "out",
-        {rows: str(p) for rows, p in paths.items()},
-        timeout=150,
-    )
+def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], Path]:
+    """What every process returned, from one launch for the tests below (a launch of two
+    processes that import torch and accelerate costs seconds; the cases need no fresh one),
+    and the folder of the files they read."""
+    folder = tmp_path_factory.mktemp("launched")
+    path = write_indexed(folder / "rows.h5")
+    even = {rows: str(_write_values(folder / f"rows{rows}.h5", rows)) for rows in EVEN_SIZES}
+    ranks = run_ddp(_launched_rank, WORLD, folder / "out", str(path), even, timeout=LAUNCH_S)
+    return ranks, folder
+
+
+@pytest.fixture(scope="module")
+def even_batches_runs(launched: tuple[list[Any], Path]) -> tuple[list[Any], dict[int, Any]]:
+    """Every process's batches and each file's ``x``, read by h5py."""
+    ranks = [rank["even"] for rank in launched[0]]
     assert [rank["rank"] for rank in ranks] == list(range(WORLD))
     values = {}
-    for rows, path in paths.items():
-        with h5py.File(path, "r") as f:
+    for rows in EVEN_SIZES:
+        with h5py.File(launched[1] / f"rows{rows}.h5", "r") as f:
             values[rows] = f["x"][:]
     return ranks, values
 
@@ -341,7 +353,7 @@ def _check_values(per_rank: list[Any], x: np.ndarray) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(LAUNCH_S + 60)
 def test_even_batches_default_repeats_the_start_of_each_epoch(even_batches_runs):
     """accelerate's default fills the last round of batches from the start of the epoch."""
     ranks, values = even_batches_runs
@@ -370,7 +382,7 @@ def test_even_batches_default_repeats_the_start_of_each_epoch(even_batches_runs)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(LAUNCH_S + 60)
 def test_even_batches_false_gives_every_row_exactly_once(even_batches_runs):
     """``even_batches=False``: no pad; the last batch is short and a process may get one fewer."""
     ranks, values = even_batches_runs

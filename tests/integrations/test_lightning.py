@@ -86,7 +86,9 @@ def test_a_loader_that_keeps_up_is_logged_without_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="nn_handler")
-    metrics = _fit(delay=0.0, step_s=0.02)
+    # an 80 ms step: a batch collated on a busy machine (6 ms seen under load, 24 % of a 20 ms
+    # step) stays far under the share, so the test asserts what the monitor says, not the load
+    metrics = _fit(delay=0.0, step_s=0.08)
     assert metrics["data_wait_share"] < 0.15
     assert said(caplog) == []
 
