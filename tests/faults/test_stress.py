@@ -2,7 +2,8 @@
 
 Each loop runs in a process of its own session (forked from one that imported torch once) with a
 bound, so a hang is a failure that names the loop it happened in, never a stuck test run (its
-DataLoader workers are killed with it). ``NN_HANDLER_STRESS_LOOPS`` sets the loops (CI: the default; before a release: 200).
+DataLoader workers are killed with it). ``NN_HANDLER_STRESS_LOOPS`` sets the loops (CI: the
+default; before a release: 200).
 """
 
 import os

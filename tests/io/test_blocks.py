@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from nn_handler._io.chunks import codecs
+from nn_handler._io.chunks.block_fillers import Geometry
 from nn_handler._io.chunks.codecs import ChunkPipeline
-from nn_handler._io.chunks.sources import Geometry
 from nn_handler._io.chunks.window import Window
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
@@ -227,9 +227,9 @@ def test_raw_chunks_read_through_h5py_decode_with_the_pipeline(tmp_path, budget)
 @pytest.mark.parametrize("decode", [True, False], ids=["DirectChunks", "H5pyBlocks"])
 def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, decode):
     """``fill_many`` and ``fill_run`` of a source without a chunk table: a ``fill`` each."""
+    from nn_handler._io.chunks.block_fillers import DirectChunks, H5pyBlocks
     from nn_handler._io.chunks.h5py_rows import H5pyDataset
-    from nn_handler._io.chunks.sources import DirectChunks, H5pyBlocks
-    from nn_handler._io.rows.choice import block_source
+    from nn_handler._io.rows.choice import block_filler
 
     data = np.arange(40 * 6, dtype=np.float32).reshape(40, 6)
     path = tmp_path / "f.h5"
@@ -237,7 +237,7 @@ def test_sources_that_fill_one_block_at_a_time_fill_many_and_runs(tmp_path, deco
         f.create_dataset("x", data=data, chunks=(4, 3), compression="gzip")
     source = H5Source(str(path), FileOptions())
     dset = source.dataset("x")
-    blocks = block_source(dset, source, H5pyDataset(source, "x"), decode=decode)
+    blocks = block_filler(dset, source, H5pyDataset(source, "x"), decode=decode)
     assert isinstance(blocks, DirectChunks if decode else H5pyBlocks)
     assert not blocks.batches_reads and not blocks.reads_runs
     out = np.zeros((3, 4, 6), np.float32)

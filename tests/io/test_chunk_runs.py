@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nn_handler._io.chunks import sources
+from nn_handler._io.chunks import block_fillers
+from nn_handler._io.chunks.block_fillers import TableChunks
 from nn_handler._io.chunks.codecs import ChunkDecodeError, pipeline_for
-from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.errors import CorruptFileError
 from nn_handler._io.file.chunk_walk import read_chunk_index
 from nn_handler._io.file.options import FileOptions
@@ -159,15 +159,15 @@ def test_decode_many_refuses_streams_of_the_wrong_length():
 def test_spans_cover_every_chunk_once_in_file_order(offsets, size):
     off = np.array(offsets, dtype=np.int64)
     sizes = np.full(len(off), size, dtype=np.int64)
-    spans = sources._spans(off, sizes)
+    spans = block_fillers._spans(off, sizes)
     order = np.concatenate(spans)
     assert sorted(order.tolist()) == list(range(len(off)))
     assert np.all(np.diff(off[order]) > 0)  # file order
     for span in spans:
         starts, ends = off[span], off[span] + sizes[span]
-        assert np.all(starts[1:] - np.maximum.accumulate(ends)[:-1] <= sources._GAP_BYTES)
-        assert starts[-1] - starts[0] < sources._SPAN_BYTES
-        parts = sources._parts(span, 7)
+        assert np.all(starts[1:] - np.maximum.accumulate(ends)[:-1] <= block_fillers._GAP_BYTES)
+        assert starts[-1] - starts[0] < block_fillers._SPAN_BYTES
+        parts = block_fillers._parts(span, 7)
         covered = [b for a, z in parts for b in range(a, z)]
         assert sorted(covered) == sorted(span.tolist())
         assert all(0 < z - a <= 7 for a, z in parts)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from nn_handler._io import notice_board, notices
-from nn_handler._io.chunks import block_claims, fill_report, sources
+from nn_handler._io.chunks import block_claims, block_fillers, fill_report
 from nn_handler._io.chunks import decoded as decoded_module
 from nn_handler._io.chunks.decoded import DecodedBlocks
 from nn_handler._io.storage import node_memory, shm_folder
@@ -89,14 +89,14 @@ def regions(folder: Path) -> list[str]:
 def counted_fills(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Blocks decoded in this process and every process forked from it."""
     count = mp.get_context("fork").Value("l", 0)
-    fill = sources.TableChunks.fill
+    fill = block_fillers.TableChunks.fill
 
     def counting(self: Any, block: int, dest: Any) -> None:
         with count.get_lock():
             count.value += 1
         fill(self, block, dest)
 
-    monkeypatch.setattr(sources.TableChunks, "fill", counting)
+    monkeypatch.setattr(block_fillers.TableChunks, "fill", counting)
     return count
 
 
@@ -213,13 +213,13 @@ def test_a_bad_budget_names_the_keyword(gzip_file: Path, value: Any) -> None:
 
 def _read_in_child(ds: H5LazyDataset, rows: list[int], queue: Any) -> None:
     fills = []
-    fill = sources.TableChunks.fill
+    fill = block_fillers.TableChunks.fill
 
     def counting(self: Any, block: int, dest: Any) -> None:
         fills.append(block)
         fill(self, block, dest)
 
-    sources.TableChunks.fill = counting  # type: ignore[method-assign]
+    block_fillers.TableChunks.fill = counting  # type: ignore[method-assign]
     queue.put((ds[rows].numpy(), len(fills)))
 
 

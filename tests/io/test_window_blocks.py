@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+from nn_handler._io.chunks.block_fillers import TableChunks
 from nn_handler._io.chunks.read_ahead import whole_runs
-from nn_handler._io.chunks.sources import TableChunks
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
 from nn_handler._io.rows.reader import RowReader

@@ -123,7 +123,7 @@ def test_incompressible_data_is_stored_plain_by_default(tmp_path):
 
 
 def test_inputs_of_tiny_chunks_are_read_in_runs_and_round_trip(tmp_path, monkeypatch):
-    from nn_handler._io.chunks.sources import TableChunks
+    from nn_handler._io.chunks.block_fillers import TableChunks
 
     runs = []
     original = TableChunks.fill_run

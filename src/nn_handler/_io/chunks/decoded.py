@@ -70,8 +70,8 @@ from ..storage.shm_folder import (
     usable_folder,
 )
 from .block_claims import STALL_S, BlockClaims, Progress
+from .block_fillers import Geometry
 from .fill_report import FillReport, made_here
-from .sources import Geometry
 
 __all__ = [
     "BUDGET_ENV",

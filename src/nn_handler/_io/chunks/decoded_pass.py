@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..file.source import H5Source
+from .block_fillers import Geometry
 from .decoded import DecodedBlocks, Fill, plan_decoded, source_facts
-from .sources import Geometry
 
 __all__ = ["DecodedPass", "decodes_in_moments"]
 

@@ -8,7 +8,7 @@ A composition of one idea per module, for one dataset:
 * ``decoded_pass.py``: a dataset whose decoded blocks fit the decoded budget is decoded whole,
   in memory the node shares, and read from that copy;
 * ``order_cost.py``: a random order over a dataset too big for both says so once;
-* ``fills.py``: how blocks are filled from the dataset's ``BlockSource`` (``sources.py``:
+* ``fills.py``: how blocks are filled from the dataset's ``BlockFiller`` (``block_fillers.py``:
   ``pread`` + decode, ``read_direct_chunk`` + decode, or h5py), and h5py's one call for a run
   of rows where h5py decodes (``read_with_h5py``, made once with the engine).
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from ..file.source import H5Source
 from ..indices import IndexArray, plan_pieces
+from .block_fillers import BlockFiller, Geometry
 from .decoded_pass import DecodedPass, decodes_in_moments
 from .fills import BlockFills
 from .h5py_rows import ReadWithH5py
@@ -31,7 +32,6 @@ from .order_cost import watch_order
 from .pool import run_parallel
 from .read_ahead import ReadAhead
 from .serving import WindowServing
-from .sources import BlockSource, Geometry
 from .window import Window
 
 __all__ = ["ChunkEngine"]
@@ -46,7 +46,7 @@ class ChunkEngine:
         read_with_h5py: Reads rows through h5py (``h5py_rows.H5pyDataset``).
     """
 
-    def __init__(self, file: H5Source, source: BlockSource, read_with_h5py: ReadWithH5py) -> None:
+    def __init__(self, file: H5Source, source: BlockFiller, read_with_h5py: ReadWithH5py) -> None:
         self.file, self.source = file, source
         self.geometry: Geometry = source.geometry
         self._fills = BlockFills(source, read_with_h5py)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..._validate import format_bytes
 from ..process import process_generation
-from .sources import Geometry
+from .block_fillers import Geometry
 
 __all__ = ["PROGRESS_BYTES", "PROGRESS_ENV", "FillReport", "made_here"]
 

@@ -1,7 +1,7 @@
 """Filling blocks for the chunk engine: in the decode pool, in runs, or in one call to h5py.
 
 Every way the engine serves rows (its window, its read-ahead, the decoded pass, sequential
-reads) ends in blocks filled here from the dataset's ``BlockSource``: in parallel in the decode
+reads) ends in blocks filled here from the dataset's ``BlockFiller``: in parallel in the decode
 pool when we decode raw chunks, in one batch of requests from an object store, in spans of the
 file for small neighbouring chunks (``fill_run``), or, when h5py decodes, one h5py call for a
 whole run of rows (``read_with_h5py``, ``h5py_rows.py``).
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..indices import consecutive_runs
+from .block_fillers import BlockFiller
 from .h5py_rows import ReadWithH5py, row_span
 from .pool import run_parallel
-from .sources import BlockSource
 
 __all__ = ["BlockFills", "Task"]
 
@@ -33,7 +33,7 @@ class BlockFills:
         read_with_h5py: Reads rows through h5py (made once, with the engine).
     """
 
-    def __init__(self, source: BlockSource, read_with_h5py: ReadWithH5py) -> None:
+    def __init__(self, source: BlockFiller, read_with_h5py: ReadWithH5py) -> None:
         self.source = source
         self.geometry = source.geometry
         self.read_with_h5py = read_with_h5py

@@ -24,8 +24,8 @@ import numpy as np
 from ..._validate import format_bytes
 from ..file.source import H5Source
 from ..storage.byte_source import shared_memory
+from .block_fillers import Geometry
 from .decoded import decoded_budget
-from .sources import Geometry
 
 __all__ = [
     "RANDOM_ACCESS_CHUNK_BYTES",

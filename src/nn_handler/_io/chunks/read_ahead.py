@@ -1,6 +1,6 @@
 """Read-ahead: the blocks of coming rows filled in the decode pool before a read needs them.
 
-When blocks are read outside the GIL (``BlockSource.releases_gil``), ``ReadAhead.start`` has
+When blocks are read outside the GIL (``BlockFiller.releases_gil``), ``ReadAhead.start`` has
 the kernel read the raw bytes of the next rows' blocks (one coalesced request per span) and
 fills them into the window's free slots in the pool ahead of need; a read of them waits instead
 of decoding them twice. From an object store, one task asks for every block at once
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..indices import IndexArray
+from .block_fillers import BlockFiller
 from .decoded_pass import DecodedPass
 from .pool import decode_threads, submit
 from .serving import WindowServing
-from .sources import BlockSource
 from .window import Claim
 
 __all__ = ["ReadAhead", "whole_runs"]
@@ -32,7 +32,7 @@ class ReadAhead:
         decoded: The dataset's decoded pass: while reads go through it, nothing is read ahead.
     """
 
-    def __init__(self, serving: WindowServing, source: BlockSource, decoded: DecodedPass) -> None:
+    def __init__(self, serving: WindowServing, source: BlockFiller, decoded: DecodedPass) -> None:
         self.serving, self.source, self.decoded = serving, source, decoded
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .sources import Geometry
+from .block_fillers import Geometry
 
 __all__ = ["Claim", "Window"]
 

@@ -7,7 +7,7 @@ only inside the data file's directory). Then the first way that applies, best fi
 1. ``MappedRows`` (``memmap``): contiguous and unfiltered data, or chunked unfiltered data whose
    chunks hold whole rows, in a local file HDF5 reads with its default driver.
 2. ``ChunkedRows`` over the chunk engine, for other chunked data of fixed-size rows, with the
-   engine's ``BlockSource``, best first:
+   engine's ``BlockFiller``, best first:
 
    * ``TableChunks`` (``decode``): every filter one the codec pipeline decodes, chunks of whole
      rows, all written, in a file on disk or in a store: ``pread`` at the chunk table's offsets;
@@ -30,11 +30,11 @@ import math
 import h5py
 import numpy as np
 
+from ..chunks.block_fillers import BlockFiller, DirectChunks, Geometry, H5pyBlocks, TableChunks
 from ..chunks.codecs import pipeline_for
 from ..chunks.decoded import decoded_budget
 from ..chunks.engine import ChunkEngine
 from ..chunks.h5py_rows import H5pyDataset
-from ..chunks.sources import BlockSource, DirectChunks, Geometry, H5pyBlocks, TableChunks
 from ..chunks.table import ChunkTable
 from ..file.chunk_walk import WrittenChunks, read_chunk_index
 from ..file.layout import Layout, inspect_layout
@@ -45,13 +45,13 @@ from ..storage.chunk_index import ChunkIndex
 from .chunked import ChunkedRows
 from .mapped import MappedRows
 from .ranged import RangedRows
-from .row_source import DatasetRows, RowSource
 from .slabs import SlabRows
+from .strategy import DatasetRows, RowStrategy
 
-__all__ = ["block_source", "choose_rows"]
+__all__ = ["block_filler", "choose_rows"]
 
 
-def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowSource:
+def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowStrategy:
     """The way to read ``dset``'s rows (see the module docstring).
 
     Raises:
@@ -65,7 +65,7 @@ def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowS
         return mapped
     h5py_rows = H5pyDataset(source, rows.key)
     decode = layout.fast_paths_allowed
-    blocks = block_source(dset, source, h5py_rows, decode=decode, index=layout.chunks)
+    blocks = block_filler(dset, source, h5py_rows, decode=decode, index=layout.chunks)
     if blocks is not None:
         return ChunkedRows(rows, source, ChunkEngine(source, blocks, h5py_rows))
     ranged = _ranged(dset, source, rows, layout)
@@ -74,14 +74,14 @@ def choose_rows(dset: h5py.Dataset, source: H5Source, rows: DatasetRows) -> RowS
     return SlabRows(rows, source)
 
 
-def block_source(
+def block_filler(
     dset: h5py.Dataset,
     source: H5Source,
     h5py_rows: H5pyDataset,
     *,
     decode: bool,
     index: ChunkIndex | None = None,
-) -> BlockSource | None:
+) -> BlockFiller | None:
     """The best source of whole blocks for chunked ``dset``, or None (no rows to serve).
 
     ``h5py_rows``: the dataset as h5py reads it in each process (what the sources ask of h5py).

@@ -1,7 +1,7 @@
 """ChunkedRows: rows served from whole decoded blocks of chunks (``decode`` / ``chunks``).
 
 The chunk engine (``chunks/engine.py``) keeps a window of decoded blocks and fills the missing
-ones from its ``BlockSource``: raw chunks decoded by us in the decode pool (``decode``), or
+ones from its ``BlockFiller``: raw chunks decoded by us in the decode pool (``decode``), or
 blocks h5py decodes (``chunks``). HDF5's own chunk cache is off for these datasets (the window
 is the cache): the engine's h5py handle is opened with ``chunk_cache=False``
 (``chunks/h5py_rows.py``). Every read opens the file in this process first, as h5py reads do,
@@ -17,7 +17,7 @@ import numpy as np
 from ..chunks.engine import ChunkEngine
 from ..file.source import H5Source
 from ..indices import IndexArray
-from .row_source import BaseRows, DatasetRows, Strategy
+from .strategy import BaseRows, DatasetRows, StrategyName
 
 __all__ = ["ChunkedRows"]
 
@@ -35,7 +35,7 @@ class ChunkedRows(BaseRows):
         self.rows, self.source, self.engine = rows, source, engine
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> StrategyName:
         """``"decode"`` when we decode raw chunks, ``"chunks"`` when h5py does."""
         return "decode" if self.engine.decodes else "chunks"
 
@@ -57,13 +57,13 @@ class ChunkedRows(BaseRows):
     def read(
         self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
     ) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read``: through the window."""
+        """See ``RowStrategy.read``: through the window."""
         out = self.rows.empty(idx.size) if out is None else out
         self._open()
         return self.engine.read(idx, out)
 
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
-        """See ``RowSource.read_range``: whole blocks straight into ``out``."""
+        """See ``RowStrategy.read_range``: whole blocks straight into ``out``."""
         self._open()
         self.engine.read_range(start, stop, out)
 
@@ -75,7 +75,7 @@ class ChunkedRows(BaseRows):
         out: np.ndarray[Any, Any],
         checked: bool,
     ) -> None:
-        """See ``RowSource.read_runs``: copied out of the window, each block decoded once."""
+        """See ``RowStrategy.read_runs``: copied out of the window, each block decoded once."""
         keep = stops > starts
         starts, stops, dst = starts[keep], stops[keep], dst[keep]
         if starts.size == 0:
@@ -89,7 +89,7 @@ class ChunkedRows(BaseRows):
         out[np.concatenate([np.arange(t, t + e - s) for s, e, t in runs])] = got
 
     def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
-        """See ``RowSource.read_chunks``: each chunk decoded once, in parallel, and kept."""
+        """See ``RowStrategy.read_chunks``: each chunk decoded once, in parallel, and kept."""
         bounds = np.array([self._bounds(c) for c in chunks], dtype=np.int64).reshape(-1, 2)
         lengths = bounds[:, 1] - bounds[:, 0]
         dst = np.cumsum(lengths) - lengths
@@ -100,7 +100,7 @@ class ChunkedRows(BaseRows):
     def read_heads(
         self, wanted: list[tuple[int, int]], checked: bool
     ) -> list[np.ndarray[Any, Any]]:
-        """See ``RowSource.read_heads``: chunks not held decoded only as far as they must be."""
+        """See ``RowStrategy.read_heads``: chunks not held decoded only as far as they must be."""
         self._open()
         return self.engine.heads(wanted)
 
@@ -110,7 +110,7 @@ class ChunkedRows(BaseRows):
         self.engine.read_ahead(idx)
 
     def plan_window(self, block_rows: int, blocks: int) -> None:
-        """See ``RowSource.plan_window``: the window's size in blocks, and its runs."""
+        """See ``RowStrategy.plan_window``: the window's size in blocks, and its runs."""
         engine, own = self.engine, self.rows.chunk_rows or 1
         chunks = self.window_cache_nbytes(block_rows, blocks) // engine.block_nbytes
         run = block_rows // own if block_rows % own == 0 else 1

@@ -31,7 +31,7 @@ import numpy as np
 from ..indices import IndexArray
 from ..process import PerProcess
 from ..storage.byte_source import Mappable, MappedFile
-from .row_source import BaseRows, DatasetRows, Strategy
+from .strategy import BaseRows, DatasetRows, StrategyName
 
 __all__ = ["MappedRows"]
 
@@ -48,7 +48,7 @@ class MappedRows(BaseRows):
             kernel's read-around (see ``_Temperature``).
     """
 
-    strategy: Strategy = "memmap"
+    strategy: StrategyName = "memmap"
 
     def __init__(
         self,
@@ -79,7 +79,7 @@ class MappedRows(BaseRows):
     def read(
         self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
     ) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read``: one gather, into ``out`` when the data is one span."""
+        """See ``RowStrategy.read``: one gather, into ``out`` when the data is one span."""
         if out is not None and out.flags.c_contiguous and self.firsts.size == 1:
             return self._gather_into(idx, out, checked)  # one copy, into ``out``
         rows = self.gather(idx, checked)
@@ -89,11 +89,11 @@ class MappedRows(BaseRows):
         return out
 
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
-        """See ``RowSource.read_range``: one copy per chunk."""
+        """See ``RowStrategy.read_range``: one copy per chunk."""
         self._copy(self._mapped(checked).file.data, start, stop, out)
 
     def read_row(self, i: int, checked: bool) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read_row``."""
+        """See ``RowStrategy.read_row``."""
         return self.gather(np.array([i], dtype=np.int64), checked).reshape(self.rows.row_shape)
 
     def read_runs(
@@ -104,7 +104,7 @@ class MappedRows(BaseRows):
         out: np.ndarray[Any, Any],
         checked: bool,
     ) -> None:
-        """See ``RowSource.read_runs``: the file is checked once for all of them.
+        """See ``RowStrategy.read_runs``: the file is checked once for all of them.
 
         A sparse batch of random cells is thousands of short runs, and a check per run (an
         ``fstat``) cost a quarter of the batch. Each run is one slice copy out of the span of

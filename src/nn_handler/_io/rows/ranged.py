@@ -16,7 +16,7 @@ import numpy as np
 from ..indices import IndexArray
 from ..process import PerProcess
 from ..storage.byte_source import ByteSource
-from .row_source import BaseRows, DatasetRows, Strategy
+from .strategy import BaseRows, DatasetRows, StrategyName
 
 __all__ = ["WHOLE_BYTES", "RangedRows"]
 
@@ -33,7 +33,7 @@ class RangedRows(BaseRows):
         offset: Where the first row starts.
     """
 
-    strategy: Strategy = "ranges"
+    strategy: StrategyName = "ranges"
 
     def __init__(self, rows: DatasetRows, file: ByteSource, offset: int) -> None:
         self.rows, self.file, self.offset = rows, file, offset
@@ -44,7 +44,7 @@ class RangedRows(BaseRows):
     def read(
         self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
     ) -> np.ndarray[Any, Any]:
-        """Rows ``idx`` (any order, repeats allowed) into ``out`` (see ``RowSource.read``)."""
+        """Rows ``idx`` (any order, repeats allowed) into ``out`` (see ``RowStrategy.read``)."""
         out = self.rows.empty(idx.size) if out is None else out
         if self.whole:
             np.take(self._every_row(), idx, axis=0, out=out)
@@ -55,7 +55,7 @@ class RangedRows(BaseRows):
         return out
 
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
-        """Rows ``[start, stop)`` into ``out`` (see ``RowSource.read_range``)."""
+        """Rows ``[start, stop)`` into ``out`` (see ``RowStrategy.read_range``)."""
         if self.whole or not out.flags.c_contiguous:
             out[...] = self._every_row()[start:stop] if self.whole else self._load(start, stop)
             return

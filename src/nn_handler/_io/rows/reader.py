@@ -2,7 +2,7 @@
 
 The reader checks what a caller asks (indices in range, ``out``'s shape and dtype, the file
 unchanged since it was opened: ``H5Source.check_unchanged``) and hands the read to its
-``RowSource`` (``row_source.py``), the one way of reading this dataset's rows that
+``RowStrategy`` (``strategy.py``), the one way of reading this dataset's rows that
 ``choice.py`` picked when the reader was built: ``memmap``, ``ranges``, ``decode``,
 ``chunks`` or ``slabs``.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from ..file.source import H5Source
 from ..indices import IndexArray, as_index_array, normalize_index
 from .choice import choose_rows
-from .row_source import DatasetRows, RowSource, Strategy
+from .strategy import DatasetRows, RowStrategy, StrategyName
 
 __all__ = ["RowReader"]
 
@@ -53,12 +53,12 @@ class RowReader:
         self.dtype: np.dtype[Any] = self.rows.dtype
         self.chunk_rows: int | None = chunks
         self.row_nbytes: int = self.rows.row_nbytes
-        self._rows: RowSource = choose_rows(dset, source, self.rows)
+        self._rows: RowStrategy = choose_rows(dset, source, self.rows)
         #: the last ``plan_window`` asked (a reader rebuilt for a grown file keeps it)
         self.window_plan: tuple[int, int] | None = None
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> StrategyName:
         """``"memmap"``, ``"ranges"``, ``"decode"``, ``"chunks"`` or ``"slabs"`` (fixed when built).
 
         See ``choice.py``; ``"ranges"``: contiguous data of a file in an object store, read by

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..file.source import H5Source
 from ..indices import IndexArray, plan_slabs
-from .row_source import BaseRows, DatasetRows, Strategy
+from .strategy import BaseRows, DatasetRows, StrategyName
 
 __all__ = ["SlabRows"]
 
@@ -26,7 +26,7 @@ _GAP_BYTES = 64 * 1024  # below this, reading the unneeded rows between two runs
 class SlabRows(BaseRows):
     """Rows of ``rows`` read by h5py through ``source`` (see the module docstring)."""
 
-    strategy: Strategy = "slabs"
+    strategy: StrategyName = "slabs"
 
     def __init__(self, rows: DatasetRows, source: H5Source) -> None:
         self.rows, self.source = rows, source
@@ -34,7 +34,7 @@ class SlabRows(BaseRows):
     def read(
         self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
     ) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read``: unique rows in sorted slabs, then put in request order."""
+        """See ``RowStrategy.read``: unique rows in sorted slabs, then put in request order."""
         out = self.rows.empty(idx.size) if out is None else out
         if _is_strictly_increasing(idx):
             return self._read_sorted(idx, out)
@@ -44,11 +44,11 @@ class SlabRows(BaseRows):
         return out
 
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
-        """See ``RowSource.read_range``: one h5py call."""
+        """See ``RowStrategy.read_range``: one h5py call."""
         self._read_slab(self._dataset(), start, stop, out)
 
     def read_row(self, i: int, checked: bool) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read_row``: one h5py call, copied."""
+        """See ``RowStrategy.read_row``: one h5py call, copied."""
         return np.array(self._dataset()[i], dtype=self.rows.dtype, copy=True)
 
     def _dataset(self) -> h5py.Dataset:

@@ -30,7 +30,7 @@ from .rows import CompressedRows
 __all__ = ["CscMode", "SparseFile", "open_sparse_file"]
 
 CscMode = Literal["sidecar", "direct"]
-RowSource = CompressedRows | ColumnScanRows
+RowStrategy = CompressedRows | ColumnScanRows
 
 
 @dataclass
@@ -50,7 +50,7 @@ class SparseFile:
 
     path: str
     layout: SparseLayout
-    rows: RowSource
+    rows: RowStrategy
     sources: tuple[H5Source, ...]
     names: np.ndarray[Any, Any] | None
     label: LabelColumn | None
@@ -90,7 +90,7 @@ def open_sparse_file(
 
 def _row_source(
     source: H5Source, layout: SparseLayout, csc: CscMode, sidecar_dir: str | None
-) -> tuple[RowSource, tuple[H5Source, ...], str]:
+) -> tuple[RowStrategy, tuple[H5Source, ...], str]:
     if layout.rows_compressed:
         keys = (layout.data_key, layout.indices_key, layout.indptr_key)
         rows = CompressedRows(source, layout.group, keys, layout.n_rows, layout.n_cols)

@@ -1,4 +1,4 @@
-"""RowSource: one way of reading a dataset's rows; ``RowReader`` holds one and asks it.
+"""RowStrategy: one way of reading a dataset's rows; ``RowReader`` holds one and asks it.
 
 Four sources, one per strategy, picked once per dataset by ``choice.py``:
 
@@ -25,9 +25,9 @@ import numpy as np
 
 from ..indices import IndexArray
 
-__all__ = ["BaseRows", "DatasetRows", "RowSource", "Strategy"]
+__all__ = ["BaseRows", "DatasetRows", "RowStrategy", "StrategyName"]
 
-Strategy = Literal["memmap", "ranges", "decode", "chunks", "slabs"]
+StrategyName = Literal["memmap", "ranges", "decode", "chunks", "slabs"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,11 @@ class DatasetRows:
         return np.empty((n, *self.row_shape), dtype=self.dtype)
 
 
-class RowSource(Protocol):
+class RowStrategy(Protocol):
     """Reads rows of one dataset that ``RowReader`` has checked (see the module docstring)."""
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> StrategyName:
         """Which of the four ways (see the module docstring)."""
 
     @property
@@ -121,8 +121,8 @@ class BaseRows(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def strategy(self) -> Strategy:
-        """See ``RowSource.strategy``."""
+    def strategy(self) -> StrategyName:
+        """See ``RowStrategy.strategy``."""
 
     @property
     def releases_gil(self) -> bool:
@@ -143,14 +143,14 @@ class BaseRows(abc.ABC):
     def read(
         self, idx: IndexArray, out: np.ndarray[Any, Any] | None, checked: bool
     ) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read``."""
+        """See ``RowStrategy.read``."""
 
     @abc.abstractmethod
     def read_range(self, start: int, stop: int, out: np.ndarray[Any, Any], checked: bool) -> None:
-        """See ``RowSource.read_range``."""
+        """See ``RowStrategy.read_range``."""
 
     def read_row(self, i: int, checked: bool) -> np.ndarray[Any, Any]:
-        """See ``RowSource.read_row``: a batch of one."""
+        """See ``RowStrategy.read_row``: a batch of one."""
         one = np.array([i], dtype=np.int64)
         return self.read(one, None, checked).reshape(self.rows.row_shape)
 
@@ -162,19 +162,19 @@ class BaseRows(abc.ABC):
         out: np.ndarray[Any, Any],
         checked: bool,
     ) -> None:
-        """See ``RowSource.read_runs``: a range each."""
+        """See ``RowStrategy.read_runs``: a range each."""
         for s, e, t in zip(starts.tolist(), stops.tolist(), dst.tolist(), strict=True):
             if e > s:
                 self.read_range(s, e, out[t : t + e - s], checked)
 
     def read_chunks(self, chunks: list[int], checked: bool) -> list[np.ndarray[Any, Any]]:
-        """See ``RowSource.read_chunks``: a range each."""
+        """See ``RowStrategy.read_chunks``: a range each."""
         return [self._range(*self._bounds(c), checked) for c in chunks]
 
     def read_heads(
         self, wanted: list[tuple[int, int]], checked: bool
     ) -> list[np.ndarray[Any, Any]]:
-        """See ``RowSource.read_heads``: a range each."""
+        """See ``RowStrategy.read_heads``: a range each."""
         firsts = [(self._bounds(chunk)[0], rows) for chunk, rows in wanted]
         return [self._range(first, first + rows, checked) for first, rows in firsts]
 
@@ -187,7 +187,7 @@ class BaseRows(abc.ABC):
         return None
 
     def window_cache_nbytes(self, block_rows: int, blocks: int) -> int:
-        """See ``RowSource.window_cache_nbytes`` (zero for data that is not chunked)."""
+        """See ``RowStrategy.window_cache_nbytes`` (zero for data that is not chunked)."""
         chunk = self.rows.chunk_rows
         if chunk is None:
             return 0

@@ -1,4 +1,4 @@
-"""Every ``RowSource`` serves what h5py reads, through every method of the protocol.
+"""Every ``RowStrategy`` serves what h5py reads, through every method of the protocol.
 
 For each layout: the source ``choose_rows`` picks, h5py's slabs (``SlabRows``, which can serve
 any dataset), and for chunked data the chunk engine with h5py decoding (``H5pyBlocks``). The
@@ -21,11 +21,11 @@ from nn_handler._io.chunks.engine import ChunkEngine
 from nn_handler._io.chunks.h5py_rows import H5pyDataset
 from nn_handler._io.file.options import FileOptions
 from nn_handler._io.file.source import H5Source
-from nn_handler._io.rows.choice import block_source
+from nn_handler._io.rows.choice import block_filler
 from nn_handler._io.rows.chunked import ChunkedRows
 from nn_handler._io.rows.reader import RowReader
-from nn_handler._io.rows.row_source import BaseRows, RowSource
 from nn_handler._io.rows.slabs import SlabRows
+from nn_handler._io.rows.strategy import BaseRows, RowStrategy
 
 from helpers.files import LAYOUTS, images
 
@@ -42,7 +42,7 @@ def _readers(path: Path) -> dict[str, RowReader]:
     if chosen.chunk_rows is not None:
         h5 = RowReader(H5Source(str(path), FileOptions()), "x")
         h5py_rows = H5pyDataset(h5.source, "x")
-        blocks = block_source(h5.source.dataset("x"), h5.source, h5py_rows, decode=False)
+        blocks = block_filler(h5.source.dataset("x"), h5.source, h5py_rows, decode=False)
         assert blocks is not None
         h5._rows = ChunkedRows(h5.rows, h5.source, ChunkEngine(h5.source, blocks, h5py_rows))
         readers["chunks-h5py"] = h5
@@ -64,7 +64,7 @@ def layout(request: Any, tmp_path_factory: Any) -> tuple[dict[str, RowReader], n
 def test_every_source_is_a_row_source(layout: tuple[dict[str, RowReader], np.ndarray]) -> None:
     readers, _ = layout
     for reader in readers.values():
-        source: RowSource = reader._rows  # the protocol, checked by mypy on this line
+        source: RowStrategy = reader._rows  # the protocol, checked by mypy on this line
         assert isinstance(source, BaseRows) and source.strategy == reader.strategy
 
 

@@ -2,7 +2,7 @@
 
 A *block* is ``block_rows`` rows starting at ``b * block_rows`` (every chunk whose first index
 is a multiple of the chunk's rows; several when chunks split rows). The engine (``fills.py``)
-asks a ``BlockSource`` to fill one block into a destination it owns: a slot of the window, a
+asks a ``BlockFiller`` to fill one block into a destination it owns: a slot of the window, a
 scratch block, or rows of the caller's batch. The three sources, best first (which one serves a
 dataset is decided with the rest of how its rows are read, in ``rows/choice.py``):
 
@@ -44,7 +44,7 @@ from .pool import run_parallel
 from .table import ChunkTable
 
 __all__ = [
-    "BlockSource",
+    "BlockFiller",
     "DirectChunks",
     "Geometry",
     "H5pyBlocks",
@@ -99,7 +99,7 @@ class Geometry:
         )
 
 
-class BlockSource(Protocol):
+class BlockFiller(Protocol):
     """Fills whole blocks (see the module docstring)."""
 
     @property
@@ -170,7 +170,7 @@ class _Blocks(abc.ABC):
 
     @abc.abstractmethod
     def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
-        """See ``BlockSource.fill``."""
+        """See ``BlockFiller.fill``."""
 
     def fill_many(
         self,
@@ -178,7 +178,7 @@ class _Blocks(abc.ABC):
         *,
         parallel: bool = True,
     ) -> list[BaseException | None]:
-        """See ``BlockSource.fill_many``."""
+        """See ``BlockFiller.fill_many``."""
 
         def fill(task: tuple[int, np.ndarray[Any, Any]]) -> BaseException | None:
             try:
@@ -190,7 +190,7 @@ class _Blocks(abc.ABC):
         return run_parallel(fill, tasks) if parallel else [fill(task) for task in tasks]
 
     def fill_run(self, first: int, dest: np.ndarray[Any, Any]) -> None:
-        """See ``BlockSource.fill_run``."""
+        """See ``BlockFiller.fill_run``."""
         blocks = dest.reshape(-1, self.geometry.block_rows, *self.geometry.row_shape)
         for k, block in enumerate(blocks):
             self.fill(first + k, block)
@@ -210,7 +210,7 @@ class H5pyBlocks(_Blocks):
         self._read = read_with_h5py
 
     def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
-        """See ``BlockSource.fill``."""
+        """See ``BlockFiller.fill``."""
         lo, hi = self.geometry.bounds(block)
         self._read(row_span(lo, hi), dest[: hi - lo])
 
@@ -246,12 +246,12 @@ class TableChunks(_Blocks):
         self.reads_runs = not self.batches_reads
 
     def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
-        """See ``BlockSource.fill``."""
+        """See ``BlockFiller.fill``."""
         raw, mask = self.table.read(block)
         self._decode(block, raw, mask, dest)
 
     def advise(self, blocks: Sequence[int]) -> None:
-        """See ``BlockSource.advise``: the kernel reads each span of them in one request."""
+        """See ``BlockFiller.advise``: the kernel reads each span of them in one request."""
         self.table.advise(blocks)
 
     def fill_many(
@@ -332,11 +332,11 @@ class TableChunks(_Blocks):
 
     @property
     def decodes_heads(self) -> bool:
-        """See ``BlockSource.decodes_heads``."""
+        """See ``BlockFiller.decodes_heads``."""
         return self.pipeline.decodes_head
 
     def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
-        """See ``BlockSource.head`` (plain deflate, or a shuffle over one compressor)."""
+        """See ``BlockFiller.head`` (plain deflate, or a shuffle over one compressor)."""
         if not self.pipeline.decodes_head:
             return None
         raw, mask = self.table.read(block)
@@ -366,18 +366,18 @@ class DirectChunks(_Blocks):
         self._tiles = _tiles(geometry.row_shape, chunks[1:])
 
     def fill(self, block: int, dest: np.ndarray[Any, Any]) -> None:
-        """See ``BlockSource.fill``."""
+        """See ``BlockFiller.fill``."""
         lo, hi = self.geometry.bounds(block)
         for offset, region in self._tiles:
             self._fill_tile((lo, *offset), dest[(slice(0, hi - lo), *region)])
 
     @property
     def decodes_heads(self) -> bool:
-        """See ``BlockSource.decodes_heads``."""
+        """See ``BlockFiller.decodes_heads``."""
         return len(self._tiles) == 1 and self.pipeline.decodes_head
 
     def head(self, block: int, rows: int) -> np.ndarray[Any, Any] | None:
-        """See ``BlockSource.head`` (``ChunkPipeline.decode_head``'s, chunks of whole rows)."""
+        """See ``BlockFiller.head`` (``ChunkPipeline.decode_head``'s, chunks of whole rows)."""
         if not self.decodes_heads:
             return None
         offset = (self.geometry.bounds(block)[0], *(0 for _ in self.geometry.row_shape))
