@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from nn_handler.dataloaders._combined.filters import FILTERS, FilterSpec
+from nn_handler.dataloaders._combined.sample_filters import FILTERS, FilterSpec
 
 
 def test_defaults_are_inactive():

@@ -8,7 +8,6 @@ from hypothesis.extra import numpy as hnp
 
 from nn_handler.dataloaders._combined import metadata as _metadata_index
 from nn_handler.dataloaders._combined.fields import FieldInfo, FileSchema
-from nn_handler.dataloaders._combined.filters import FilterSpec
 from nn_handler.dataloaders._combined.metadata import (
     check_filter_fields,
     concat_index,
@@ -17,6 +16,7 @@ from nn_handler.dataloaders._combined.metadata import (
     select_rows,
     valid_steps,
 )
+from nn_handler.dataloaders._combined.sample_filters import FilterSpec
 
 
 @dataclass

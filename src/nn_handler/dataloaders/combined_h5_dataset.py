@@ -39,9 +39,9 @@ from ._combined.batch import check_float_dtype, read_rows, to_batch
 from ._combined.cache import SampleCache
 from ._combined.fields import field_list, resolve_field_names, with_field_keys
 from ._combined.file_pool import FilePool
-from ._combined.filters import FilterSpec
 from ._combined.index import build_index
 from ._combined.loader_options import check_dataset_kwargs, choose_workers, loader_options
+from ._combined.sample_filters import FilterSpec
 from ._core import FileDataset
 from ._tensors.split import split_batch
 from ._transport import in_worker_process

@@ -31,7 +31,6 @@ from .fields import (
     scan_file,
 )
 from .file_pool import FileColumns, FilePool
-from .filters import FilterSpec
 from .metadata import (
     check_filter_fields,
     check_time_axis,
@@ -39,6 +38,7 @@ from .metadata import (
     removed_total,
     select_rows,
 )
+from .sample_filters import FilterSpec
 
 __all__ = ["IndexResult", "build_index"]
 

@@ -1,6 +1,6 @@
 """Sample selection over metadata columns: vectorized filters and the global (file, row) index.
 
-Filters run file by file, in the fixed order of ``filters.FILTERS``, each on the rows that
+Filters run file by file, in the fixed order of ``sample_filters.FILTERS``, each on the rows that
 survived the ones before it, so a sample removed by several filters counts once, for the first.
 Each filter reads only the field it needs, and only the surviving rows; large fields (one-hot
 targets, signals) are read in blocks of about 32 MB.
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ..._io import IndexArray, decode_strings
 from ..._validate import format_names
 from .fields import FieldInfo, FileSchema
-from .filters import FilterSpec
+from .sample_filters import FilterSpec
 from .strings import in_file
 
 __all__ = [
