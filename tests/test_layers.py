@@ -86,26 +86,35 @@ def _is_package(name: str) -> bool:
     return (SRC.parent / name.replace(".", "/") / "__init__.py").exists()
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports (inside functions too)."""
+def _from_imports(path: Path) -> list[tuple[str, ast.ImportFrom]]:
+    """Each ``from X import ...`` of ``path`` (inside functions too), with X made absolute."""
     name = _module_name(path)
     here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            found.add(base)
-            for alias in node.names:  # `from pkg import module`
-                if (
-                    _is_package(base)
-                    and (SRC.parent / base.replace(".", "/")).joinpath(f"{alias.name}.py").exists()
-                ):
-                    found.add(f"{base}.{alias.name}")
+            found.append((base, node))
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (inside functions too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    for base, node in _from_imports(path):
+        found.add(base)
+        for alias in node.names:  # `from pkg import module`
+            if (
+                _is_package(base)
+                and (SRC.parent / base.replace(".", "/")).joinpath(f"{alias.name}.py").exists()
+            ):
+                found.add(f"{base}.{alias.name}")
     return found
 
 
@@ -114,18 +123,7 @@ GRAPH = {_module_name(p): _imports(p) for p in sorted(SRC.rglob("*.py"))}
 
 def _face_names(path: Path) -> set[str]:
     """The names ``path`` imports from ``_io``'s face (``from nn_handler._io import X``)."""
-    name = _module_name(path)
-    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            if base == "nn_handler._io":
-                found.update(alias.name for alias in node.names)
-    return found
+    return {a.name for base, node in _from_imports(path) if base == IO for a in node.names}
 
 
 FACE = {_module_name(p): _face_names(p) for p in sorted(SRC.rglob("*.py"))}
