@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -33,7 +34,7 @@ from nn_handler.dataloaders import (
     set_decode_threads,
 )
 
-from helpers.files import h5_rows
+from helpers.files import h5_rows, write_layout
 from helpers.platform_marks import needs_fork, needs_named_regions
 from helpers.process import process_with_pid
 
@@ -444,23 +445,71 @@ print(len(list_regions()))
 """  # ends without closing the loader or the dataset, as most training scripts do
 
 
+_ENDINGS = [(c, w) for w in ("persistent", "per epoch") for c in ("fork", "forkserver")]
+
+
+def _start_ending(folder: Path, context: str, workers: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start the script on a file and in a root of regions of its own; and its user's folder."""
+    path, root = folder / "data.h5", folder / "shm"
+    root.mkdir()
+    with h5py.File(path, "w") as f:
+        write_layout(f, "x", big_rows(), "gzip-shuffle")
+        write_layout(f, "y", np.arange(ROWS), "contiguous")
+    env = dict(os.environ)
+    env[shm_folder.SHM_DIR_ENV] = str(root)
+    env.pop(decoded_module.BUDGET_ENV, None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(shm_folder.SHM_DIR_ENV, str(root))
+        user = Path(shm_folder.user_folder()) if NAMED else root / "no regions here"
+    argv = [sys.executable, "-c", _EXIT_WITHOUT_CLOSING, str(path), context, workers]
+    with open(folder / "out.txt", "w") as out, open(folder / "err.txt", "w") as err:
+        run = subprocess.Popen(argv, stdout=out, stderr=err, env=env, start_new_session=True)
+    return run, user
+
+
+def _ended(run: subprocess.Popen[bytes], deadline: float) -> int | None:
+    """The run's exit code (``None``: killed, with its workers, at the deadline)."""
+    try:
+        return run.wait(max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        return None
+
+
+@pytest.fixture(scope="module")
+def ended_scripts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[tuple[str, str], tuple[int | None, str, str, Path]]:
+    """Each way of ending, run to its end: exit code, stdout, stderr and the user's folder.
+
+    The four scripts start together (each a fresh interpreter, on a file and in a root of
+    regions of its own) and share one bound; each test checks its own.
+    """
+    folders = {ending: tmp_path_factory.mktemp("ends") for ending in _ENDINGS}
+    started = {ending: _start_ending(folders[ending], *ending) for ending in _ENDINGS}
+    deadline = time.monotonic() + 200
+    ended = {}
+    for ending, (run, user) in started.items():
+        code = _ended(run, deadline)
+        out, err = ((folders[ending] / name).read_text() for name in ("out.txt", "err.txt"))
+        ended[ending] = (code, out, err, user)
+    return ended
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
 @pytest.mark.parametrize("workers", ["persistent", "per epoch"])
 def test_a_script_that_ends_leaves_no_region_behind(
-    gzip_file: Path, shm: Path, context: str, workers: str
+    ended_scripts: dict[tuple[str, str], tuple[int | None, str, str, Path]],
+    context: str,
+    workers: str,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_WITHOUT_CLOSING, str(gzip_file), context, workers],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=dict(os.environ),
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-1] == "1"  # the copy its workers read while it ran
-    assert regions(shm) == []  # gone with the last process that used it
+    code, out, err, user = ended_scripts[context, workers]
+    assert code == 0, err
+    assert out.split()[-1] == "1"  # the copy its workers read while it ran
+    assert regions(user) == []  # gone with the last process that used it
 
 
 _TRAIN_UNTIL_KILLED = """

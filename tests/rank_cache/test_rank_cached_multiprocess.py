@@ -4,7 +4,9 @@ import os
 import queue
 import socket
 from datetime import timedelta
+from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from nn_handler.dataloaders import batched_loader
 from nn_handler.dataloaders.rank_cached_h5_dataloader import RankMemCachedH5Dataset
 
-from helpers.files import h5_rows, images
+from helpers.files import h5_rows, images, write_layout
 
 pytestmark = pytest.mark.slow
 
@@ -34,23 +36,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_rank(rank: int, world: int, port: int, cases: list, results) -> None:
-    """One DDP rank: build every case's dataset (rank detected from the process group)."""
-    try:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=60),
-        )
+def run_rank(rank: int, worlds: dict, results) -> None:
+    """One process: a DDP rank of each world it belongs to, one world after another (its rank
+    detected from the process group), building every case's dataset there."""
+    for world, (port, cases) in worlds.items():
+        if rank >= world:
+            continue
         try:
-            results.put((rank, {case[0]: run_case(*case[1:]) for case in cases}))
-        finally:
-            dist.destroy_process_group()
-    except BaseException as exc:
-        results.put((rank, f"rank {rank} failed: {exc!r}"))
-        raise
+            dist.init_process_group(
+                "gloo",
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=60),
+            )
+            try:
+                results.put((world, rank, {case[0]: run_case(*case[1:]) for case in cases}))
+            finally:
+                dist.destroy_process_group()
+        except BaseException as exc:
+            results.put((world, rank, f"rank {rank} of {world} failed: {exc!r}"))
+            raise
 
 
 def run_case(path: str, mode: str, policy) -> dict:
@@ -77,43 +83,73 @@ def run_case(path: str, mode: str, policy) -> dict:
     }
 
 
-def run_world(world: int, cases: list) -> list[dict]:
+def run_worlds(cases: dict[int, list]) -> dict:
+    """Each world's outcomes per rank (``None``: a rank sent none in time), and the exit codes.
+
+    One set of spawned processes, as many as the largest world, is every world's ranks in turn:
+    a rank imports torch once, not once per world.
+    """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(target=run_rank, args=(r, world, port, cases, results)) for r in range(world)
-    ]
+    worlds = {world: (free_port(), world_cases) for world, world_cases in cases.items()}
+    procs = [ctx.Process(target=run_rank, args=(r, worlds, results)) for r in range(max(worlds))]
     for p in procs:
         p.start()
+    got: dict[int, dict] = {world: {} for world in worlds}
     try:
-        got = dict(results.get(timeout=TIMEOUT_S) for _ in procs)
+        for _ in range(sum(worlds)):  # one result from each rank of every world
+            world, rank, outcome = results.get(timeout=TIMEOUT_S)
+            got[world][rank] = outcome
     except queue.Empty:
-        pytest.fail(f"a rank of world size {world} sent no result within {TIMEOUT_S} s")
+        pass  # the worlds without all their results fail their own tests
     finally:
         for p in procs:
             p.join(timeout=60)
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=10)
-    for r in range(world):
-        assert isinstance(got[r], dict), got[r]
-        assert procs[r].exitcode == 0
-    return [got[r] for r in range(world)]
+    outcomes: dict = {w: [ranks[r] for r in range(w)] if len(ranks) == w else None
+                      for w, ranks in got.items()}  # fmt: skip
+    return outcomes | {"exitcodes": [p.exitcode for p in procs]}
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_gloo_ranks_partition_the_file(make_h5, world):
+def world_cases(folder: Path, world: int) -> list:
     totals = [world - 1, 2 * world + 1, 7 * world + world - 1]  # none divides evenly
-    paths = {t: make_h5({"x": (images(t), "gzip"), "y": np.arange(t)}) for t in totals}
-    cases = [
+    paths = {}
+    for t in totals:
+        paths[t] = folder / f"world{world}-{t}.h5"
+        with h5py.File(paths[t], "w") as f:
+            write_layout(f, "x", images(t), "gzip")
+            write_layout(f, "y", np.arange(t), "contiguous")
+    return [
         (f"{t}-{mode}-{policy}", str(paths[t]), mode, policy)
         for t in totals
         for mode in MODES
         for policy in POLICIES
     ]
-    per_rank = run_world(world, cases)
-    for name, path, _mode, policy in cases:
+
+
+WORLDS = [2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def gloo_worlds(tmp_path_factory) -> tuple[dict[int, list], dict]:
+    """Every world size's cases, and what its ranks gave (the ranks start once per module)."""
+    folder = tmp_path_factory.mktemp("gloo_worlds")
+    cases = {world: world_cases(folder, world) for world in WORLDS}
+    return cases, run_worlds(cases)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_gloo_ranks_partition_the_file(gloo_worlds, world):
+    cases, outcomes = gloo_worlds
+    per_rank = outcomes[world]
+    if per_rank is None:
+        pytest.fail(f"a rank of world size {world} sent no result within {TIMEOUT_S} s")
+    for r in range(world):
+        assert isinstance(per_rank[r], dict), per_rank[r]
+        assert outcomes["exitcodes"][r] == 0
+    for name, path, _mode, policy in cases[world]:
         total = int(name.split("-")[0])
         outcomes = [results[name] for results in per_rank]
         if policy == "pad" and total < world:
