@@ -14,6 +14,8 @@ from nn_handler.dataloaders import H5LazyDataset
 from nn_handler.dataloaders._core import readers
 from nn_handler.dataloaders._transport import in_worker_process, ring
 
+from helpers.platform_marks import needs_fork
+
 SRC = Path(__file__).resolve().parents[2] / "src" / "nn_handler"
 WORKER = SRC / "dataloaders" / "_transport" / "worker.py"
 #: the decode pool sizes itself by the loader's workers; it sits below torch (in ``_io``), so it
@@ -42,6 +44,7 @@ class _Where(Dataset[tuple[bool, int]]):
         return in_worker_process(), loader_workers()
 
 
+@needs_fork  # (the dataset is defined in this test module: fork, not spawn)
 def test_the_answer_in_and_outside_worker_processes():
     assert _Where()[0] == (False, 1)
     loader = DataLoader(_Where(), batch_size=None, num_workers=2, multiprocessing_context="fork")
