@@ -59,9 +59,9 @@ def test_environment_variable_and_default(monkeypatch):
 def test_default_uses_every_core_divided_among_worker_processes(monkeypatch):
     monkeypatch.setattr(threads_module, "usable_cores", lambda: 32)
     assert decode_threads() == 32  # was capped at 8: num_workers=0 left cores idle
-    monkeypatch.setattr(threads_module, "_loader_workers", lambda: 4)
+    monkeypatch.setattr(threads_module, "loader_workers", lambda: 4)
     assert decode_threads() == 8  # 4 worker processes x 8 threads: one per core
-    monkeypatch.setattr(threads_module, "_loader_workers", lambda: 64)
+    monkeypatch.setattr(threads_module, "loader_workers", lambda: 64)
     assert decode_threads() == 1
     set_decode_threads(3)  # an explicit count wins, in workers too
     assert decode_threads() == 3

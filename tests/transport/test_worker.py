@@ -39,7 +39,7 @@ class _Where(Dataset[tuple[bool, int]]):
         return 2
 
     def __getitem__(self, i: int) -> tuple[bool, int]:
-        from nn_handler.dataloaders._transport.worker import loader_workers
+        from nn_handler._io import loader_workers
 
         return in_worker_process(), loader_workers()
 

@@ -31,7 +31,7 @@ if typing.TYPE_CHECKING:  # (read by _lazy.exports_declared: the table of names 
     from .chunks.decoded import decoded_budget
     from .chunks.decoders import Step
     from .chunks.order_cost import random_order_advice, rewrite_command
-    from .chunks.pool import decode_threads, run_parallel, set_decode_threads
+    from .chunks.pool import decode_threads, loader_workers, run_parallel, set_decode_threads
     from .codec_registry import CODECS, SHUFFLE, FilterCodec, written
     from .errors import (
         CorruptFileError,
@@ -171,6 +171,7 @@ __all__ = [
     "is_url",
     "list_regions",
     "load_plugins",
+    "loader_workers",
     "member_names",
     "merge_labels",
     "names_key",

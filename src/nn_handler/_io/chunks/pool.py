@@ -37,6 +37,7 @@ from ..process import PerProcess, around_fork, join_threads
 
 __all__ = [
     "decode_threads",
+    "loader_workers",
     "run_parallel",
     "set_decode_threads",
     "submit",
@@ -134,7 +135,7 @@ _pool: PerProcess[_Pool] = PerProcess()
 _requested: int | None = None
 
 
-def _loader_workers() -> int:
+def loader_workers() -> int:
     """How many DataLoader worker processes share the cores with this one (1 outside them).
 
     torch's worker info, found without importing torch (``_io`` stays free of it): torch
@@ -179,7 +180,7 @@ def decode_threads() -> int:
                 f"{ENV_VAR} must be a positive integer, got {env!r} ({exc}); unset it for the "
                 "default"
             ) from exc
-    return max(1, usable_cores() // max(1, _loader_workers()))
+    return max(1, usable_cores() // max(1, loader_workers()))
 
 
 def run_parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

@@ -46,10 +46,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..._io import PerProcess, process_stamp, started_process_alive
+from ..._io import PerProcess, loader_workers, process_stamp, started_process_alive
 from .pinned import pin_in_place
 from .shared_memory import new_shared, shm_space
-from .worker import in_worker_process, loader_workers
+from .worker import in_worker_process
 
 __all__ = [
     "RING_SLOTS",
