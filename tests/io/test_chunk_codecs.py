@@ -10,8 +10,8 @@ import nn_handler._io.chunks.decoders as decoders_module
 import nn_handler._io.chunks.plugins as plugins_module
 import nn_handler._io.chunks.shuffle as shuffle_module
 from nn_handler._io.chunks.block_fillers import TableChunks
-from nn_handler._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
-from nn_handler._io.chunks.decoders import Step, inflate_into, unshuffle_into
+from nn_handler._io.chunks.codecs import ChunkPipeline, pipeline_for
+from nn_handler._io.chunks.decoders import ChunkDecodeError, Step, inflate_into, unshuffle_into
 from nn_handler._io.chunks.libraries import IMAGECODECS, Library
 from nn_handler._io.codec_registry import DEFLATE, RECORDS, decoder_of
 from nn_handler._io.errors import CorruptFileError

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from nn_handler._io.chunks import block_fillers
 from nn_handler._io.chunks.block_fillers import TableChunks
-from nn_handler._io.chunks.codecs import ChunkDecodeError, pipeline_for
+from nn_handler._io.chunks.codecs import pipeline_for
+from nn_handler._io.chunks.decoders import ChunkDecodeError
 from nn_handler._io.errors import CorruptFileError
 from nn_handler._io.file.chunk_walk import read_chunk_index
 from nn_handler._io.file.options import FileOptions

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import nn_handler._io.chunks.decoders as decoders_module
 import nn_handler._io.chunks.shuffle as shuffle_module
-from nn_handler._io.chunks.codecs import ChunkDecodeError, ChunkPipeline, pipeline_for
+from nn_handler._io.chunks.codecs import ChunkPipeline, pipeline_for
 from nn_handler._io.chunks.decoders import (
+    ChunkDecodeError,
     Step,
     fletcher32,
     fletcher32_numpy,

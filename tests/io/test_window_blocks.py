@@ -138,7 +138,8 @@ def test_plain_dataloader_over_window_reader(make_h5):
 
 @pytest.mark.parametrize("budget", [3 * 8 * ROW, 0, 256 * 1024**2])
 def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkeypatch, budget):
-    from nn_handler._io.chunks.codecs import ChunkPipeline, UnsupportedChunkError
+    from nn_handler._io.chunks.codecs import ChunkPipeline
+    from nn_handler._io.chunks.decoders import UnsupportedChunkError
 
     data = images(203)  # edge chunk included: 203 rows in chunks of 8
     path = make_h5({"x": (data, "gzip")})
@@ -159,7 +160,8 @@ def test_chunks_we_do_not_decode_are_read_by_h5py_with_its_bytes(make_h5, monkey
 
 
 def test_a_chunk_that_fails_to_decode_raises_naming_it(make_h5, monkeypatch):
-    from nn_handler._io.chunks.codecs import ChunkDecodeError, ChunkPipeline
+    from nn_handler._io.chunks.codecs import ChunkPipeline
+    from nn_handler._io.chunks.decoders import ChunkDecodeError
     from nn_handler.dataloaders import CorruptFileError
 
     data = images(40)

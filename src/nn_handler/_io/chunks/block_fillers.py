@@ -38,7 +38,8 @@ import numpy as np
 
 from ..errors import CorruptFileError
 from ..file.chunk_walk import WrittenChunks
-from .codecs import ChunkDecodeError, ChunkPipeline, UnsupportedChunkError
+from .codecs import ChunkPipeline
+from .decoders import ChunkDecodeError, UnsupportedChunkError
 from .h5py_rows import H5pyDataset, ReadWithH5py, row_span
 from .pool import run_parallel
 from .table import ChunkTable

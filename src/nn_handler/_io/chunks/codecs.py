@@ -33,6 +33,7 @@ import numpy as np
 from ..codec_registry import CODECS, DEFLATE, FLETCHER32, SHUFFLE, decoder_of
 from ..file.layout import stored_as_values
 from .decoders import (
+    CHECKSUM_BYTES,
     Buffer,
     ChunkDecodeError,
     Decoder,
@@ -47,14 +48,8 @@ from .decoders import (
 )
 from .shuffle import unshuffle_head
 
-__all__ = [
-    "ChunkDecodeError",
-    "ChunkPipeline",
-    "UnsupportedChunkError",
-    "pipeline_for",
-]
+__all__ = ["ChunkPipeline", "pipeline_for"]
 
-_CHECKSUM = 4
 _HEAD_SCRATCH = 5  # the scratch buffer ``decode_head`` decompresses a shuffled chunk into
 _BATCHED = ((DEFLATE,), (SHUFFLE, DEFLATE))  # pipelines ``decode_many`` runs for all at once
 # above this, libdeflate's faster inflate outweighs the ~4 us it takes to set up per call
@@ -103,10 +98,10 @@ class ChunkPipeline:
             size = self._undone_nbytes(active[:k], step, current)
             if step.code == FLETCHER32:
                 current, in_out = strip_checksum(current), False
-                if size is not None and current.nbytes + _CHECKSUM != size:
+                if size is not None and current.nbytes + CHECKSUM_BYTES != size:
                     raise ChunkDecodeError(
-                        f"chunk holds {current.nbytes + _CHECKSUM} bytes, expected {size} with "
-                        "its sum"
+                        f"chunk holds {current.nbytes + CHECKSUM_BYTES} bytes, expected {size} "
+                        "with its sum"
                     )
                 continue
             dest = out if k == 0 else scratch(self._bound if size is None else size, k % 2)
@@ -213,7 +208,7 @@ class ChunkPipeline:
         """
         sums = sum(step.code == FLETCHER32 for step in self.steps)
         slack = self.chunk_nbytes // 64 + 64 * len(self.steps)
-        return self.chunk_nbytes + _CHECKSUM * sums + slack
+        return self.chunk_nbytes + CHECKSUM_BYTES * sums + slack
 
     def _undone_nbytes(self, inner: tuple[Step, ...], step: Step, data: Buffer) -> int | None:
         """Bytes ``step`` must turn ``data`` into (Fletcher-32: the bytes it must be given).
@@ -224,7 +219,7 @@ class ChunkPipeline:
         """
         if all(s.code in _SIZE_KEEPING for s in inner):
             sums = sum(s.code == FLETCHER32 for s in inner)
-            return self.chunk_nbytes + _CHECKSUM * (sums + (step.code == FLETCHER32))
+            return self.chunk_nbytes + CHECKSUM_BYTES * (sums + (step.code == FLETCHER32))
         if step.code in (FLETCHER32, DEFLATE):
             return None
         if step.code == SHUFFLE:

@@ -40,6 +40,7 @@ from .shuffle import FRAME, blosc_unshuffles, framed_fits, unshuffle_framed, uns
 
 __all__ = [
     "CHECKSUM",
+    "CHECKSUM_BYTES",
     "INFLATE",
     "UNSHUFFLE",
     "Buffer",
@@ -62,7 +63,7 @@ __all__ = [
     "unshuffle_rows",
 ]
 
-_CHECKSUM = 4
+CHECKSUM_BYTES = 4  # a Fletcher-32 sum, stored after the chunk
 _COPY = 4  # the scratch buffer a shuffled chunk is framed in when it came from elsewhere
 _MOD = 65535  # Fletcher-32 sums are kept modulo 2**16 - 1
 
@@ -313,10 +314,10 @@ def strip_checksum(buf: Buffer) -> Buffer:
     Raises:
         ChunkDecodeError: the buffer is too short to hold a sum, or the sum does not match.
     """
-    if buf.size < _CHECKSUM:
+    if buf.size < CHECKSUM_BYTES:
         raise ChunkDecodeError(f"chunk of {buf.size} bytes is too short for a Fletcher-32 sum")
-    body = buf[:-_CHECKSUM]
-    stored = int.from_bytes(buf[-_CHECKSUM:].tobytes(), "little")
+    body = buf[:-CHECKSUM_BYTES]
+    stored = int.from_bytes(buf[-CHECKSUM_BYTES:].tobytes(), "little")
     computed = fletcher32(body)
     # HDF5 before 1.6.3 stored the sum with the bytes of each half swapped; it accepts both
     swapped = bytearray(computed.to_bytes(4, sys.byteorder))
